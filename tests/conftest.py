@@ -1,0 +1,91 @@
+"""Shared test fixtures.
+
+The autouse fixture ``no_leftovers`` makes every test fail that leaves behind a shared-memory
+segment or semaphore of ours (``/dev/shm/spz.*``, ``/dev/shm/sem.spz.*``) or a child process.
+Segment names carry the creator pid (``spz.<run>.<pid>.<kind>.<idx>``), so a segment counts as
+ours when it appeared during the test and its creator is this pytest process or is dead; a
+segment of a live unrelated process (another test session on the same machine) is not ours.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import psutil
+import pytest
+
+SHM_DIR = "/dev/shm"
+PREFIXES = ("spz.", "sem.spz.")
+
+
+def _our_names() -> set[str]:
+    try:
+        return {n for n in os.listdir(SHM_DIR) if n.startswith(PREFIXES)}
+    except FileNotFoundError:  # pragma: no cover - non-Linux
+        return set()
+
+
+def _creator_pid(name: str) -> int | None:
+    parts = name.removeprefix("sem.").split(".")
+    # spz.<run-id>.<pid>.<kind>.<index>
+    if len(parts) >= 3 and parts[2].isdigit():
+        return int(parts[2])
+    return None
+
+
+def leftover_segments(before: set[str]) -> list[str]:
+    """Segments of ours that appeared since ``before`` and whose creator is us or dead."""
+    me = os.getpid()
+    out = []
+    for name in sorted(_our_names() - before):
+        pid = _creator_pid(name)
+        if pid is None or pid == me or not psutil.pid_exists(pid):
+            out.append(name)
+    return out
+
+
+def live_children(grace_s: float = 5.0) -> list[psutil.Process]:
+    """Children of this process still alive after a grace period (zombies are reaped first)."""
+    deadline = time.monotonic() + grace_s
+    while True:
+        kids = [p for p in psutil.Process().children(recursive=True) if _alive(p)]
+        if not kids or time.monotonic() > deadline:
+            return kids
+        time.sleep(0.05)
+
+
+def _alive(p: psutil.Process) -> bool:
+    try:
+        if p.status() == psutil.STATUS_ZOMBIE:
+            os.waitpid(p.pid, os.WNOHANG)  # reap our own zombie; it is not a leak
+            return False
+        return True
+    except (psutil.NoSuchProcess, ChildProcessError):
+        return False
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers():
+    """Fail the test if it leaves a segment, semaphore or process of ours behind."""
+    before = _our_names()
+    yield
+    kids = live_children()
+    for p in kids:  # do not let one test's orphan poison the next
+        try:
+            p.kill()
+        except psutil.NoSuchProcess:
+            pass
+    leaked = leftover_segments(before)
+    for name in leaked:
+        try:
+            os.unlink(os.path.join(SHM_DIR, name))
+        except FileNotFoundError:
+            pass
+    problems = []
+    if kids:
+        problems.append("processes left alive: " + ", ".join(f"{p.pid}" for p in kids))
+    if leaked:
+        problems.append("shared memory left behind: " + ", ".join(leaked))
+    if problems:
+        pytest.fail("; ".join(problems), pytrace=False)
