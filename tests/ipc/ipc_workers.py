@@ -155,11 +155,15 @@ def board_reader(parent_pid: int, name: str, seconds: float, result_q) -> None:
 
 
 # ---------------------------------------------------------------------------------- lifetime
-def idle_child(parent_pid: int, name: str | None = None, role: str = "reader") -> None:
-    """Attach a ring (if given) and idle until killed: a child that outlives nothing."""
+def idle_child(
+    parent_pid: int, name: str | None = None, role: str = "reader", stats: str | None = None, stats_role: str = ""
+) -> None:
+    """Attach a ring (if given), claim a stats row (if given: tells the parent it is ready), idle until killed."""
     child_setup(parent_pid)
     if name is not None:
         Ring.attach(name, role)  # type: ignore[arg-type]
+    if stats is not None:
+        StatsBlock.attach(stats).role(stats_role).claim()
     while True:
         time.sleep(0.1)
 
