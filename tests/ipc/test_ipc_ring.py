@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from spreeze_like.errors import PeerDeadError
-from spreeze_like.ipc import Ring, new_run_id, segment_name
+from spreeze_like.ipc import Ring, TransitionLayout, new_run_id, segment_name
 
 CTX = mp.get_context("spawn")
-WIDTH = 42  # HalfCheetah: 17 obs + 6 action + 1 reward + 17 next_obs + terminated + truncated
+WIDTH = 43  # HalfCheetah: 17 obs + 6 action + 1 reward + 17 next_obs + terminated + truncated
 
 
 def _rings(run: str, n: int, capacity: int, width: int = WIDTH) -> list[Ring]:
@@ -179,3 +179,33 @@ def test_reader_sees_dead_writer():
             ring.wait_readable(timeout=30)
     finally:
         _cleanup([ring], [writer])
+
+
+def test_transition_layout_round_trip_through_a_ring():
+    layout = TransitionLayout(obs_dim=17, act_dim=6)
+    assert layout.width == WIDTH
+    rng = np.random.default_rng(0)
+    n = 5
+    obs, nxt = rng.random((n, 17)), rng.random((n, 17))
+    act, rew = rng.random((n, 6)), rng.random(n)
+    term, trunc = np.array([0, 1, 0, 0, 1], bool), np.array([0, 0, 1, 0, 0], bool)
+    rows = layout.pack(obs, act, rew, nxt, term, trunc)
+    ring = Ring.create(segment_name(new_run_id(), "ring"), 8, layout.width, role="writer")
+    reader = Ring.attach(ring.name, "reader")
+    try:
+        ring.write(rows)
+        out = np.empty((8, layout.width), np.float32)
+        assert reader.pop_into(out) == n
+        cols = layout.unpack(out[:n])
+        np.testing.assert_array_equal(cols["obs"], obs.astype(np.float32))
+        np.testing.assert_array_equal(cols["next_obs"], nxt.astype(np.float32))
+        np.testing.assert_array_equal(cols["action"], act.astype(np.float32))
+        np.testing.assert_array_equal(cols["reward"], rew.astype(np.float32))
+        np.testing.assert_array_equal(cols["terminated"], term)
+        np.testing.assert_array_equal(cols["truncated"], trunc)
+        with pytest.raises(ValueError, match="shape"):
+            layout.unpack(out[:, :10])
+    finally:
+        reader.close()
+        ring.close()
+        ring.unlink()
