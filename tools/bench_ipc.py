@@ -1,12 +1,12 @@
 """Benchmark: moving transitions between two processes, our shared-memory ring vs multiprocessing.Queue.
 
-One producer process sends HalfCheetah-sized transitions (42 float32 = 168 bytes, the issue's size:
-17 obs, 6 action, reward, 17 next_obs, done; our own record with separate terminated and truncated
-flags is 43) to one consumer process, 1 and 256 transitions per
-write, through ``multiprocessing.Queue`` (the peer) and through :class:`spreeze_like.ipc.Ring`. Both
-consumers store what they receive into a replay-sized array, as a feeder does. A single-process
-numpy copy of a large buffer is the floor (the best one core can move memory). All in one run, so
-the ratios compare like with like:
+One producer process sends HalfCheetah-sized transitions (42 float32 = 168 bytes, the issue's
+size: 17 obs, 6 action, reward, 17 next_obs, done; our own record, with separate terminated and
+truncated flags, is 43) to one consumer process, 1 and 256 transitions per write, through
+``multiprocessing.Queue`` (the peer) and through :class:`spreeze_like.ipc.Ring`. Both consumers
+store what they receive into a replay-sized array, as a feeder does. A single-process numpy copy
+of a large buffer is the floor (the best one core can move memory). All in one run, so the
+ratios compare like with like:
 
     python tools/bench_ipc.py            # full run (about a minute)
     python tools/bench_ipc.py --quick    # smaller counts, a smoke test
