@@ -133,7 +133,7 @@ def test_full_ring_with_dead_reader_raises_peer_dead():
     try:
         reader.start()
         deadline = time.monotonic() + 30
-        while ring._hdr[32] == 0 and time.monotonic() < deadline:  # reader pid word set on attach
+        while ring.reader_pid == 0 and time.monotonic() < deadline:
             time.sleep(0.01)
         ring.write(np.zeros((8, WIDTH), np.float32))  # now full
         reader.kill()
