@@ -10,8 +10,8 @@ import ipc_workers as W
 import numpy as np
 import pytest
 
-from spreeze_like.errors import PeerDeadError
-from spreeze_like.ipc import Ring, TransitionLayout, new_run_id, segment_name
+from spreeze_like.errors import PeerDeadError, ShmError
+from spreeze_like.ipc import Ring, TransitionLayout, WeightBoard, new_run_id, segment_name
 
 CTX = mp.get_context("spawn")
 WIDTH = 43  # HalfCheetah: 17 obs + 6 action + 1 reward + 17 next_obs + terminated + truncated
@@ -209,3 +209,14 @@ def test_transition_layout_round_trip_through_a_ring():
         reader.close()
         ring.close()
         ring.unlink()
+
+
+def test_attaching_the_wrong_kind_of_segment_is_a_one_line_error():
+    board = WeightBoard.create(segment_name(new_run_id(), "w-actor"), 1000)
+    try:
+        with pytest.raises(ShmError, match="not a ring") as info:
+            Ring.attach(board.name, "reader")
+        assert "\n" not in str(info.value) and board.name in str(info.value)
+    finally:
+        board.close()
+        board.unlink()
