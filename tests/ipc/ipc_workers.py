@@ -117,31 +117,33 @@ def board_pattern(n: int) -> np.ndarray:
     return ((np.arange(n, dtype=np.int64) * 7919) % 65521).astype(np.float32)
 
 
-def board_writer(parent_pid: int, name: str, seconds: float, result_q) -> None:
-    """Publish versions as fast as possible for ``seconds``; report how many."""
+def board_writer(parent_pid: int, name: str, seconds: float, start, done, result_q) -> None:
+    """After ``start`` (a barrier), publish versions as fast as possible for ``seconds``; then set ``done``."""
     child_setup(parent_pid)
     board = WeightBoard.attach(name, "writer")
     base = board_pattern(board.n_params)
     vec = np.empty_like(base)
+    start.wait()
     deadline = time.monotonic() + seconds
     v = 0
     while time.monotonic() < deadline:
         np.add(base, np.float32(v + 1), out=vec)
         v = board.publish(vec)
+    done.set()
     board.close()
     result_q.put(("writer", v))
 
 
-def board_reader(parent_pid: int, name: str, seconds: float, result_q) -> None:
-    """Read as fast as possible; every accepted copy must be exactly one version's pattern."""
+def board_reader(parent_pid: int, name: str, start, done, result_q) -> None:
+    """Read as fast as possible until the writer is done; every accepted copy must be one version's pattern."""
     child_setup(parent_pid)
     board = WeightBoard.attach(name, "reader")
     base = board_pattern(board.n_params)
     out = np.empty_like(base)
     reads = torn = versions_seen = 0
     last = 0
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    start.wait()
+    while not done.is_set():
         v = board.read(out)
         if v == 0:
             continue

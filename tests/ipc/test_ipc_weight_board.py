@@ -19,10 +19,11 @@ CTX = mp.get_context("spawn")
 def test_readers_never_accept_a_torn_vector(n_params):
     board = WeightBoard.create(segment_name(new_run_id(), "w-actor"), n_params)
     result_q = CTX.Queue()
+    start, done = CTX.Barrier(3), CTX.Event()  # all three attached before the clock starts
     me = os.getpid()
     seconds = 1.5
-    procs = [CTX.Process(target=W.board_writer, args=(me, board.name, seconds, result_q))]
-    procs += [CTX.Process(target=W.board_reader, args=(me, board.name, seconds, result_q)) for _ in range(2)]
+    procs = [CTX.Process(target=W.board_writer, args=(me, board.name, seconds, start, done, result_q))]
+    procs += [CTX.Process(target=W.board_reader, args=(me, board.name, start, done, result_q)) for _ in range(2)]
     try:
         for p in procs:
             p.start()
