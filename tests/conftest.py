@@ -45,11 +45,22 @@ def leftover_segments(before: set[str]) -> list[str]:
     return out
 
 
+def _is_mp_resource_tracker(p: psutil.Process) -> bool:
+    # multiprocessing's `spawn` starts one resource-tracker helper per parent process and keeps it
+    # for the parent's lifetime (it exits on EOF of its pipe); it is Python's, not ours.
+    try:
+        return "multiprocessing.resource_tracker" in " ".join(p.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return False
+
+
 def live_children(grace_s: float = 5.0) -> list[psutil.Process]:
     """Children of this process still alive after a grace period (zombies are reaped first)."""
     deadline = time.monotonic() + grace_s
     while True:
-        kids = [p for p in psutil.Process().children(recursive=True) if _alive(p)]
+        kids = [
+            p for p in psutil.Process().children(recursive=True) if _alive(p) and not _is_mp_resource_tracker(p)
+        ]
         if not kids or time.monotonic() > deadline:
             return kids
         time.sleep(0.05)
