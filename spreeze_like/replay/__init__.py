@@ -10,9 +10,9 @@ from spreeze_like.replay.storage import ReplayStorage, Rows
 from spreeze_like.replay.sum_tree import DEFAULT_K, KS, SumTree
 
 __all__ = [
-    "Batch",
     "DEFAULT_K",
     "KS",
+    "Batch",
     "PrioritizedConfig",
     "PrioritizedSampler",
     "ReplayStorage",

@@ -82,7 +82,9 @@ class UniformSampler:
         else:
             raise RuntimeError("replay rows stayed torn after repeated redraws; is the writer stuck mid-chunk?")
         weights = np.ones(batch_size, np.float32)
-        return Batch(rows.obs, rows.action, rows.reward, rows.next_obs, rows.terminated, weights, slots, rows.generations)
+        return Batch(
+            rows.obs, rows.action, rows.reward, rows.next_obs, rows.terminated, weights, slots, rows.generations
+        )
 
     def update_priorities(self, slots: np.ndarray, generations: np.ndarray, td_errors: np.ndarray) -> int:
         """No-op (uniform sampling has no priorities); returns 0 so learners need no branch."""
@@ -157,7 +159,9 @@ class PrioritizedSampler:
         else:
             raise RuntimeError("replay rows stayed torn after repeated redraws; is the writer stuck mid-chunk?")
         self.steps += 1
-        return Batch(rows.obs, rows.action, rows.reward, rows.next_obs, rows.terminated, weights, slots, rows.generations)
+        return Batch(
+            rows.obs, rows.action, rows.reward, rows.next_obs, rows.terminated, weights, slots, rows.generations
+        )
 
     def update_priorities(self, slots: np.ndarray, generations: np.ndarray, td_errors: np.ndarray) -> int:
         """Set priorities (|td| + eps)^alpha for the sampled slots not rewritten since; returns #applied."""
