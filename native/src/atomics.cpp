@@ -57,7 +57,7 @@ uint64_t count_records(const Py_buffer& v, uint64_t record_bytes, const char* wh
   if (!is_float32(v) || !ok_shape) {
     std::string shape = "(";
     for (int i = 0; i < v.ndim; ++i) shape += std::to_string(v.shape[i]) + (i + 1 < v.ndim ? ", " : "");
-    shape += ")";
+    shape += v.ndim == 1 ? ",)" : ")";
     throw py::value_error(std::string(what) + " must be a C-contiguous float32 array of shape (n, " +
                           std::to_string(record_bytes / 4) + ") or (" + std::to_string(record_bytes / 4) +
                           ",); got shape " + shape + " with format '" + (v.format ? v.format : "?") + "'");

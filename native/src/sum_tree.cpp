@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstring>
 
+#include <unistd.h>
+
 namespace spreeze {
 
 namespace {
@@ -397,6 +399,14 @@ void KaryTree<K>::sample(std::size_t n, std::int64_t* slots, double* probs, floa
       weights[i] = beta == 0 ? 1.0f : std::pow(static_cast<float>(pm_total / probs[i]), static_cast<float>(beta));
     }
   }
+}
+
+template <int K>
+void KaryTree<K>::die_mid_batch_for_tests(std::int64_t slot, double value) {
+  check_slots(&slot, 1);
+  lock();
+  store_relaxed(sums(layout_.depth) + slot, value);
+  _exit(3);
 }
 
 template class KaryTree<4>;

@@ -191,6 +191,13 @@ void bind_tree(py::module_& m, const char* name) {
       .def("lock_recoveries", [](const T& t) { return t.tree->lock_recoveries(); })
       .def("seed", [](T& t, std::uint64_t s) { t.tree->seed(s); }, py::arg("seed"))
       .def(
+          "_die_mid_batch_for_tests",
+          [](T& t, std::int64_t slot, double value) {
+            py::gil_scoped_release release;
+            t.tree->die_mid_batch_for_tests(slot, value);
+          },
+          py::arg("slot"), py::arg("value"), "Test hook: exit while holding the writer lock mid-batch.")
+      .def(
           "level",
           [](py::object self, std::uint32_t level, bool mins) {
             T& t = self.cast<T&>();

@@ -69,7 +69,7 @@ class Ring:
         self._seg = seg
         self.name = seg.name
         self._hdr = seg.ndarray(np.uint64, DATA_OFFSET // 8, 0)
-        if int(self._hdr[_MAGIC]) != MAGIC or int(self._hdr[_LAYOUT]) != LAYOUT_VERSION:
+        if _native.load_u64(seg.mmap, 0) != MAGIC or int(self._hdr[_LAYOUT]) != LAYOUT_VERSION:
             raise ShmError(
                 f"shared memory segment {seg.name} is not a ring of layout {LAYOUT_VERSION}: "
                 "it belongs to another version of spreeze_like; stop that run or sweep stale segments"
@@ -282,6 +282,16 @@ class Ring:
     def fill(self) -> int:
         """Records in the ring now (published, not released): the ``ipc/ring_fill`` metric."""
         return self._core.write_seq() - self._core.read_seq()
+
+    @property
+    def writer_pid(self) -> int:
+        """Pid of the last process that attached as writer (0: none yet)."""
+        return int(self._hdr[_WRITER_PID])
+
+    @property
+    def reader_pid(self) -> int:
+        """Pid of the last process that attached as reader (0: none yet)."""
+        return int(self._hdr[_READER_PID])
 
     @property
     def full_waits(self) -> int:

@@ -101,7 +101,7 @@ class StatsBlock:
         self._seg = seg
         self.name = seg.name
         head = seg.ndarray(np.uint64, 8, 0)
-        if int(head[_MAGIC]) != MAGIC or int(head[_LAYOUT]) != LAYOUT_VERSION:
+        if _native.load_u64(seg.mmap, 0) != MAGIC or int(head[_LAYOUT]) != LAYOUT_VERSION:
             raise ShmError(
                 f"shared memory segment {seg.name} is not a stats block of layout {LAYOUT_VERSION}: "
                 "it belongs to another version of spreeze_like; stop that run or sweep stale segments"

@@ -63,7 +63,7 @@ class WeightBoard:
         self._seg = seg
         self.name = seg.name
         hdr = seg.ndarray(np.uint64, SLOT0_OFFSET // 8, 0)
-        if int(hdr[_MAGIC]) != MAGIC or int(hdr[_LAYOUT]) != LAYOUT_VERSION:
+        if _native.load_u64(seg.mmap, 0) != MAGIC or int(hdr[_LAYOUT]) != LAYOUT_VERSION:
             raise ShmError(
                 f"shared memory segment {seg.name} is not a weight board of layout {LAYOUT_VERSION}: "
                 "it belongs to another version of spreeze_like; stop that run or sweep stale segments"

@@ -82,7 +82,7 @@ def test_children_ignore_sigint():
     child.start()
     try:
         deadline = time.monotonic() + 30
-        while ring._hdr[32] != child.pid and time.monotonic() < deadline:  # attached, so past child_setup
+        while ring.reader_pid != child.pid and time.monotonic() < deadline:  # attached, so past child_setup
             time.sleep(0.01)
         os.kill(child.pid, signal.SIGINT)
         child.join(0.5)

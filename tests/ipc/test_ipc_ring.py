@@ -10,11 +10,11 @@ import ipc_workers as W
 import numpy as np
 import pytest
 
-from spreeze_like.errors import PeerDeadError
-from spreeze_like.ipc import Ring, new_run_id, segment_name
+from spreeze_like.errors import PeerDeadError, ShmError
+from spreeze_like.ipc import Ring, TransitionLayout, WeightBoard, new_run_id, segment_name
 
 CTX = mp.get_context("spawn")
-WIDTH = 42  # HalfCheetah: 17 obs + 6 action + 1 reward + 17 next_obs + terminated + truncated
+WIDTH = 43  # HalfCheetah: 17 obs + 6 action + 1 reward + 17 next_obs + terminated + truncated
 
 
 def _rings(run: str, n: int, capacity: int, width: int = WIDTH) -> list[Ring]:
@@ -133,7 +133,7 @@ def test_full_ring_with_dead_reader_raises_peer_dead():
     try:
         reader.start()
         deadline = time.monotonic() + 30
-        while ring._hdr[32] == 0 and time.monotonic() < deadline:  # reader pid word set on attach
+        while ring.reader_pid == 0 and time.monotonic() < deadline:
             time.sleep(0.01)
         ring.write(np.zeros((8, WIDTH), np.float32))  # now full
         reader.kill()
@@ -179,3 +179,44 @@ def test_reader_sees_dead_writer():
             ring.wait_readable(timeout=30)
     finally:
         _cleanup([ring], [writer])
+
+
+def test_transition_layout_round_trip_through_a_ring():
+    layout = TransitionLayout(obs_dim=17, act_dim=6)
+    assert layout.width == WIDTH
+    rng = np.random.default_rng(0)
+    n = 5
+    obs, nxt = rng.random((n, 17)), rng.random((n, 17))
+    act, rew = rng.random((n, 6)), rng.random(n)
+    term, trunc = np.array([0, 1, 0, 0, 1], bool), np.array([0, 0, 1, 0, 0], bool)
+    rows = layout.pack(obs, act, rew, nxt, term, trunc)
+    ring = Ring.create(segment_name(new_run_id(), "ring"), 8, layout.width, role="writer")
+    reader = Ring.attach(ring.name, "reader")
+    try:
+        ring.write(rows)
+        out = np.empty((8, layout.width), np.float32)
+        assert reader.pop_into(out) == n
+        cols = layout.unpack(out[:n])
+        np.testing.assert_array_equal(cols["obs"], obs.astype(np.float32))
+        np.testing.assert_array_equal(cols["next_obs"], nxt.astype(np.float32))
+        np.testing.assert_array_equal(cols["action"], act.astype(np.float32))
+        np.testing.assert_array_equal(cols["reward"], rew.astype(np.float32))
+        np.testing.assert_array_equal(cols["terminated"], term)
+        np.testing.assert_array_equal(cols["truncated"], trunc)
+        with pytest.raises(ValueError, match="shape"):
+            layout.unpack(out[:, :10])
+    finally:
+        reader.close()
+        ring.close()
+        ring.unlink()
+
+
+def test_attaching_the_wrong_kind_of_segment_is_a_one_line_error():
+    board = WeightBoard.create(segment_name(new_run_id(), "w-actor"), 1000)
+    try:
+        with pytest.raises(ShmError, match="not a ring") as info:
+            Ring.attach(board.name, "reader")
+        assert "\n" not in str(info.value) and board.name in str(info.value)
+    finally:
+        board.close()
+        board.unlink()

@@ -172,6 +172,9 @@ class KaryTree {
   // Stratified proportional sampling: sample i falls in the i-th of n equal slices of the total.
   // probs[i] = p(slot)/total; if weights, weights[i] = (p_min / p(slot))^beta <= 1.
   void sample(std::size_t n, std::int64_t* slots, double* probs, float* weights, double beta);
+  // Test hook: take the lock, write one leaf without recomputing its ancestors (a batch cut short)
+  // and _exit while still holding the lock, as a writer killed mid-batch would.
+  [[noreturn]] void die_mid_batch_for_tests(std::int64_t slot, double value);
   void seed(std::uint64_t s) {
     seed_ = s;
     __atomic_store_n(&calls_, 0, __ATOMIC_RELAXED);
