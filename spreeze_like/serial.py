@@ -125,7 +125,7 @@ class SerialTrainer:
         self.monitor = Monitor(context.run_dir, self.stats.snapshot, config.to_dict(), config.total_steps,
                                start_step=self.start_step, tb_interval=config.tb_interval,
                                log_interval=config.log_interval,
-                               purge_step=self.start_step if context.payload is not None else None,
+                               purge_step=self.start_step + 1 if context.payload is not None else None,
                                print_fn=print_fn)
 
     # --- the loop -------------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Callable
 
 from spreeze_like.config import TrainConfig
+from spreeze_like.envs import env_info
 from spreeze_like.rundir import RunContext, prepare_run
 from spreeze_like.serial import TrainResult, run_serial
 
@@ -41,6 +42,7 @@ def train(config: TrainConfig | None = None, print_fn: Callable[[str], None] = p
         spreeze_like.errors.SpreezeError: any bad input (config, env, logdir, checkpoint), one line.
     """
     config = dataclasses.replace(config or TrainConfig(), **overrides).resolve()  # type: ignore[arg-type]
+    env_info(config.env)  # a bad env fails here, before a run folder is created for it
     run = None if config.serial else parallel_entry()
     if run is None and not config.serial:
         print_fn("[spreeze] the parallel mode is not built yet; running every role in this process (--serial)")

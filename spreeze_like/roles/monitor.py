@@ -7,7 +7,7 @@ over the period, and writes them with one ``SummaryWriter`` at the current globa
 learner's logging cost is a few float adds per update, whatever the TensorBoard rate.
 
 It owns the run's event files (``SummaryWriter(run_dir)``; closed by :meth:`close`), and nothing
-shared. On resume it is created with ``purge_step`` = the checkpoint's env step, so TensorBoard
+shared. On resume it is created with ``purge_step`` = the checkpoint's env step + 1, so TensorBoard
 drops the points the previous session wrote after that checkpoint and the curve continues.
 
 ``start_step`` is the env step this session starts from; the samplers' ``env_steps`` counters
@@ -190,8 +190,11 @@ class Monitor:
         return "[spreeze] " + " | ".join(parts)
 
     def close(self) -> None:
-        """Write a last point and close the event files."""
-        self.write()
+        """Write a last point (unless one was just written: rates over a few ms are noise) and close."""
+        if self.clock() - self.t_last >= 0.5:
+            self.write()
+        else:
+            self._eval_scalars(self._read())
         self.writer.flush()
         self.writer.close()
 

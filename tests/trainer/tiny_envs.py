@@ -12,12 +12,14 @@ Used as ``trainer.tiny_envs:TinyWalk-v0`` (the ``module:EnvId`` form; ``tests/``
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 import gymnasium as gym
 import numpy as np
 
 
 class TinyWalk(gym.Env):
-    metadata: dict = {"render_modes": []}
+    metadata: ClassVar[dict] = {"render_modes": []}
 
     def __init__(self, terminate_at: int | None = None, nan_at: int | None = None) -> None:
         self.observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
