@@ -52,11 +52,11 @@ class TransitionLayout:
     ) -> np.ndarray:
         """Rows ``[n, width]`` from per-field arrays with a leading batch dimension ``n``.
 
-        ``out`` may be a preallocated ``[n, width]`` float32 array (for example a ring slot view)
-        to write into directly.
+        ``out`` may be a preallocated ``[>= n, width]`` float32 array (for example a ring slot view)
+        whose first ``n`` rows are written directly.
         """
         n = len(obs)
-        rows = np.empty((n, self.width), dtype=np.float32) if out is None else out
+        rows = np.empty((n, self.width), dtype=np.float32) if out is None else out[:n]
         s = self.slices()
         rows[:, s["obs"]] = np.reshape(obs, (n, self.obs_dim))
         rows[:, s["action"]] = np.reshape(action, (n, self.act_dim))
