@@ -182,3 +182,17 @@ def self_killing_child(parent_pid: int, name: str) -> None:
     ring = Ring.attach(name, "writer")
     ring.write(np.zeros((2, ring.record_width), np.float32))
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def delayed_ring_action(parent_pid: int, name: str, role: str, delay: float, action: str) -> None:
+    """After ``delay`` s: as writer, write one record or close the stream; as reader, pop one record."""
+    child_setup(parent_pid)
+    ring = Ring.attach(name, role)  # type: ignore[arg-type]
+    time.sleep(delay)
+    if action == "write":
+        ring.write(np.ones((1, ring.record_width), np.float32))
+    elif action == "close":
+        ring.close_writer()
+    elif action == "pop":
+        assert ring.pop_into(np.empty((1, ring.record_width), np.float32)) == 1
+    ring.close()
