@@ -72,10 +72,10 @@ def test_random_operation_sequences_match_the_reference(case, seed):
             assert tree.update(slots, pr, expected, gens) == ref.update(slots, pr, expected, gens)
         else:  # the slots were rewritten: their generation moves on
             gens[np.unique(slots)] += 2
-        # Exact, but for (|td| + eps) ** alpha, where C's pow and numpy's may differ in the last bit.
-        np.testing.assert_allclose(tree.leaves(), ref.priorities, rtol=1e-15, atol=0)
-        assert tree.max_priority() == pytest.approx(ref.max_priority(), rel=1e-15)
-        assert tree.min() == pytest.approx(ref.min(), rel=1e-15)
+        # Exact, but for (|td| + eps) ** alpha, which the tree computes with its own vectorised pow.
+        np.testing.assert_allclose(tree.leaves(), ref.priorities, rtol=1e-12, atol=0)
+        assert tree.max_priority() == pytest.approx(ref.max_priority(), rel=1e-12)
+        assert tree.min() == pytest.approx(ref.min(), rel=1e-12)
         assert_tree_consistent(tree)
         total = ref.total()
         assert abs(tree.total() - total) <= 1e-9 * total
