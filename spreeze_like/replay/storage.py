@@ -125,6 +125,7 @@ class ReplayStorage:
         self.truncated: np.ndarray = views["truncated"]
         self.generations: np.ndarray = views["generation"]
         self.capacity, self.obs_dim, self.act_dim = int(capacity), int(obs_dim), int(act_dim)
+        self._gathered = (self.obs, self.action, self.reward, self.next_obs, self.terminated)
         self._buffer = buffer  # keep the exporter alive as long as the views
         self._pid = os.getpid()
         h = self._header
@@ -232,17 +233,11 @@ class ReplayStorage:
         Rows at the positions in ``Rows.torn`` must not be used (draw replacements); every other
         row is exactly the transition of generation ``Rows.generations[i]``.
         """
-        gens = _native.generations_read(self.generations, slots)  # also range-checks the slots
-        rows = Rows(
-            np.take(self.obs, slots, axis=0),
-            np.take(self.action, slots, axis=0),
-            np.take(self.reward, slots),
-            np.take(self.next_obs, slots, axis=0),
-            np.take(self.terminated, slots),
-            gens,
-            _native.generations_torn(self.generations, slots, gens),
+        # One native call: read the generations, copy every column's rows, re-read the generations.
+        (obs, action, reward, next_obs, terminated), gens, torn = _native.gather_rows(
+            self.generations, slots, self._gathered
         )
-        return rows
+        return Rows(obs, action, reward, next_obs, terminated, gens, torn)
 
     def writer_pid(self) -> int:
         """Pid of the process that owns ``add`` (0 when nobody has added yet)."""
