@@ -243,3 +243,12 @@ def test_exact_interval_boundaries_follow_the_reference(k):
     found = tree.find(edges)
     np.testing.assert_array_equal(found, ref.find(edges))
     assert np.all(pr[found] > 0)
+
+
+def test_td_priorities_at_the_edges_of_the_fast_pow():
+    # Zero, subnormal, huge and ordinary |td| in one batch (the vectorised pow handles 8 at a time).
+    td = np.array([0.0, 1e-310, -1e-300, 3.0, -1e300, 0.5, 1e-5, 7.0, 0.0, 2.0, 1e-320])
+    for alpha in (0.0, 0.4, 0.5, 0.6, 1.0):
+        tree = SumTree.local(td.size)
+        tree.update_from_td(np.arange(td.size), td, alpha, 0.0)
+        np.testing.assert_allclose(tree.leaves(), np.abs(td) ** alpha, rtol=1e-12, atol=0)

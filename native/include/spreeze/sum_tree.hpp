@@ -168,20 +168,24 @@ __attribute__((always_inline)) inline V8d pow8(V8d x, double a) {
 }
 #pragma GCC diagnostic pop
 
+// out may alias x.
 inline void priority_pow(const double* x, double a, double* out, std::size_t n) {
   std::size_t i = 0;
   if (a > 0.0 && a < 1.0 && a != 0.5) {
     for (; i + 8 <= n; i += 8) {
+      double in[8], res[8];
+      std::memcpy(in, x + i, sizeof in);
       V8d v;
-      std::memcpy(&v, x + i, sizeof v);
+      std::memcpy(&v, in, sizeof v);
       v = pow8(v, a);
-      std::memcpy(out + i, &v, sizeof v);
+      std::memcpy(res, &v, sizeof res);
+      for (int k = 0; k < 8; ++k) {
+        if (!(in[k] >= 0x1p-1000 && in[k] <= 0x1p1000)) res[k] = std::pow(in[k], a);
+      }
+      std::memcpy(out + i, res, sizeof res);
     }
   }
-  for (std::size_t j = 0; j < n; ++j) {
-    const bool in_range = x[j] >= 0x1p-1000 && x[j] <= 0x1p1000;
-    if (j >= i || !in_range) out[j] = a == 1.0 ? x[j] : (a == 0.5 ? std::sqrt(x[j]) : std::pow(x[j], a));
-  }
+  for (; i < n; ++i) out[i] = a == 1.0 ? x[i] : (a == 0.5 ? std::sqrt(x[i]) : std::pow(x[i], a));
 }
 
 // splitmix64: a small, fast generator with good statistics; one independent stream per call.
