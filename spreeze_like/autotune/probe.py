@@ -33,7 +33,7 @@ from spreeze_like.autotune.results import Hardware, ProbeResults
 from spreeze_like.autotune.worker import CurveJob, run_worker
 from spreeze_like.errors import ConfigError
 
-DEFAULT_BUDGET_S = 75.0
+DEFAULT_BUDGET_S = 60.0
 MIN_BUDGET_S = 0.5
 CPU_MAX_BATCH = 16384  # past this a CPU update takes seconds: no use for a learner that must keep up
 GPU_MAX_BATCH = 65536

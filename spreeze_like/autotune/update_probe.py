@@ -134,7 +134,10 @@ def probe_updates(
                 curve.stop_reason = (f"memory: batch {batch_size} would need about {2 * prev.peak_memory / 2**30:.1f} GiB "
                                      f"of the {memory_total / 2**30:.1f} GiB on {device}")
                 break
+        # an even share of what is left, but never less than the minimum repetitions need at this size
         point_budget = max(left, 0.0) / (len(sizes) - i)
+        if prev is not None:
+            point_budget = min(max(point_budget, 2.0 * _point_cost_s(prev)), max(left, 0.0))
         try:
             point = _measure_point(spec, device, batch_size, point_budget, replay)
         except torch.cuda.OutOfMemoryError:
