@@ -30,6 +30,7 @@ The rules, in the order they are applied:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Collection
@@ -254,6 +255,10 @@ def make_plan(probes: ProbeResults, config: Any, explicit: Collection[str] = (),
                       f"batch costs no update rate (knee alone: {knee.batch_size})")
     batch = choose("batch_size", chosen.batch_size, reason)
     point = curve.point(batch) or _nearest(curve, batch)
+    if critic_dev == actor_dev and critic_dev != "cpu":
+        # both learners take turns on one GPU: the critic gets the device between the actor's updates
+        point = dataclasses.replace(point, critic=dataclasses.replace(point.critic, value=point.serial_rate))
+        plan.notes.append(f"both learners share {critic_dev}: expected critic rate is the measured update-pair rate")
     if memory_total and batch > max(p.batch_size for p in curve.points):
         plan.notes.append(f"batch {batch} is beyond the largest size measured on {critic_dev}; it may not fit")
     elif memory_total and point.peak_memory > GPU_MEMORY_FRACTION * memory_total:
@@ -322,14 +327,18 @@ def _learner_threads(probes: ProbeResults, cores: int, spare: int, cpu_learners:
     many_curve, one_curve = probes.curve("cpu", cores), probes.curve("cpu", 1)
     if cores < 2 or not many_curve or not one_curve or not many_curve.points or not one_curve.points:
         return 1, "one thread: no multi-thread update rates were measured"
-    b = min(many_curve.points[-1].batch_size, one_curve.points[-1].batch_size)
-    many, one = many_curve.point(b), one_curve.point(b)
-    gain = many.critic.value / one.critic.value if many and one else 0.0
+    # the median ratio over the batch sizes both curves have: one noisy point must not decide
+    ratios = sorted(m.critic.value / o.critic.value for m in many_curve.points
+                    if (o := one_curve.point(m.batch_size)) is not None and o.critic.value > 0)
+    if not ratios:
+        return 1, "one thread: the 1-thread and all-core curves share no batch size"
+    gain = ratios[len(ratios) // 2]
+    b = f"{len(ratios)} batch size(s)"
     if gain < THREAD_GAIN:
-        return 1, (f"{cores} threads measured {gain:.2f}x one thread at batch {b} (oversubscribed, or a network "
+        return 1, (f"{cores} threads measured {gain:.2f}x one thread over {b} (oversubscribed, or a network "
                    "too small to split): one thread")
     threads = 1 + spare // cpu_learners
-    return threads, f"{cores} threads measured {gain:.2f}x one thread at batch {b}; {spare} core(s) are spare"
+    return threads, f"{cores} threads measured {gain:.2f}x one thread over {b}; {spare} core(s) are spare"
 
 
 def _predict(plan: Plan, point: UpdatePoint, sampler_hz: float, samplers: int, utd: float, serial: bool,
@@ -385,4 +394,4 @@ def _plan_memory(plan: Plan, probes: ProbeResults, config: Any, choose: Any, sam
         choose("ring_capacity", 0, "serial mode uses no rings")
     else:
         choose("ring_capacity", ring, f"about {RING_SECONDS} s of one sampler's {sample_hz / max(samplers, 1):,.0f} "
-                                      f"steps/s ({ring * width * 4 / 2**20:.1f} MiB each)")
+                                      f"steps/s ({ring * width * 4 / 2**10:,.0f} KiB each)")
