@@ -117,33 +117,44 @@ def board_pattern(n: int) -> np.ndarray:
     return ((np.arange(n, dtype=np.int64) * 7919) % 65521).astype(np.float32)
 
 
-def board_writer(parent_pid: int, name: str, seconds: float, start, done, result_q) -> None:
-    """After ``start`` (a barrier), publish versions as fast as possible for ``seconds``; then set ``done``."""
+def board_writer(parent_pid: int, name: str, stop, result_q, max_seconds: float = 60.0) -> None:
+    """Publish versions as fast as possible until ``stop`` is set (the readers are done); report how many."""
     child_setup(parent_pid)
     board = WeightBoard.attach(name, "writer")
     base = board_pattern(board.n_params)
     vec = np.empty_like(base)
-    start.wait()
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + max_seconds
     v = 0
-    while time.monotonic() < deadline:
+    while not stop.is_set() and time.monotonic() < deadline:
         np.add(base, np.float32(v + 1), out=vec)
         v = board.publish(vec)
-    done.set()
     board.close()
     result_q.put(("writer", v))
 
 
-def board_reader(parent_pid: int, name: str, start, done, result_q) -> None:
-    """Read as fast as possible until the writer is done; every accepted copy must be one version's pattern."""
+def board_reader(
+    parent_pid: int, name: str, seconds: float, result_q, min_reads: int = 200, min_versions: int = 20
+) -> None:
+    """Read as fast as possible; every accepted copy must be exactly one version's pattern.
+
+    Reads for at least ``seconds`` and until ``min_reads`` reads overlapped ``min_versions`` publishes
+    (so a reader starved by a loaded machine still does its share), at most 30 s.
+    """
     child_setup(parent_pid)
     board = WeightBoard.attach(name, "reader")
     base = board_pattern(board.n_params)
     out = np.empty_like(base)
     reads = torn = versions_seen = 0
     last = 0
-    start.wait()
-    while not done.is_set():
+    start = time.monotonic()
+
+    def more() -> bool:
+        elapsed = time.monotonic() - start
+        if elapsed > 30.0:
+            return False
+        return elapsed < seconds or reads < min_reads or versions_seen < min_versions
+
+    while more():
         v = board.read(out)
         if v == 0:
             continue
