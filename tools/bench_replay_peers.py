@@ -168,7 +168,7 @@ class TorchRLPeer:
         return self.rb.extend(chunk)
 
     def sample(self, n: int):
-        return self.rb.sample(n)  # carries "_weight" and "index"
+        return self.rb.sample(n)  # carries "priority_weight" and "index"
 
     sample_for_update = sample
 
