@@ -176,8 +176,9 @@ class TorchRLPeer:
         return self.rb.update_priority(sampled["index"], self.torch.from_numpy(np.abs(td)))
 
 
-def inserter_main(names, capacity: int, obs_dim: int, act_dim: int, stop, rate) -> None:
-    """A second process inserting 256-chunks into ours' shared storage and tree until ``stop``."""
+def inserter_main(names, capacity: int, obs_dim: int, act_dim: int, stop, go, rate) -> None:
+    """A second process inserting 256-chunks into ours' shared storage and tree while ``go`` is set,
+    until ``stop``; ``rate`` is its insert rate while running (transitions/s)."""
     from spreeze_like.replay import PrioritizedConfig, PrioritizedSampler, ReplayStorage, SumTree
 
     storage = ReplayStorage(attach(names[0]), capacity, obs_dim, act_dim, create=False)
@@ -185,9 +186,11 @@ def inserter_main(names, capacity: int, obs_dim: int, act_dim: int, stop, rate) 
     sampler = PrioritizedSampler(storage, tree, PrioritizedConfig(alpha=ALPHA, eps=EPS))
     rng = np.random.default_rng(9)
     chunks = [make_chunk(rng, 256, obs_dim, act_dim) for _ in range(4)]
-    n, t0 = 0, time.perf_counter()
     while not stop.is_set():
-        sampler.add(*chunks[n % 4])
-        n += 1
-        if n % 64 == 0:
-            rate.value = n * 256 / (time.perf_counter() - t0)
+        go.wait()
+        n, t0 = 0, time.perf_counter()
+        while go.is_set() and not stop.is_set():
+            sampler.add(*chunks[n % 4])
+            n += 1
+            if n % 16 == 0:
+                rate.value = n * 256 / (time.perf_counter() - t0)
