@@ -82,6 +82,7 @@ class TrainConfig:
     # --- evaluation, logging, checkpoints ---------------------------------------------------------
     eval_every: int = _f(5_000, "env steps between evaluations (0: only the final one)")
     eval_episodes: int = _f(10, "deterministic episodes per evaluation")
+    stop_at_return: float | None = _f(None, "stop once an evaluation's mean return reaches this (auto: never)")
     logdir: str = _f("runs", "folder that receives runs/<env>__<algo>__<seed>__<unixtime>/")
     log_interval: float = _f(10.0, "seconds between console progress lines (0: quiet)")
     tb_interval: float = _f(2.0, "seconds between TensorBoard writes of the aggregated scalars")

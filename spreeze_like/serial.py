@@ -55,7 +55,9 @@ class TrainResult:
     episodes: int
     final_eval_return: float
     final_eval_returns: tuple[float, ...]
-    evals: list[tuple[int, float]] = field(default_factory=list)  # (env step, mean eval return)
+    # (env step, mean eval return, wall seconds since this session started) of every evaluation
+    evals: list[tuple[int, float, float]] = field(default_factory=list)
+    stopped_early: bool = False  # an evaluation reached config.stop_at_return
     wall_s: float = 0.0
     mode: str = "serial"
 
@@ -118,7 +120,8 @@ class SerialTrainer:
         self.evaluator = Evaluator(config.env, spec, self.actor_board, self.stats.role("evaluator"),
                                    config.eval_episodes)
         self.update_credit = 0.0
-        self.evals: list[tuple[int, float]] = []
+        self.evals: list[tuple[int, float, float]] = []
+        self.t0 = time.monotonic()
         if context.payload is not None:
             self._restore(context.payload)
         self.start_step = context.start_step
@@ -133,7 +136,9 @@ class SerialTrainer:
         return sum(s.env_steps for s in self.samplers)
 
     def run(self) -> TrainResult:
-        cfg, t0 = self.config, time.monotonic()
+        cfg = self.config
+        self.t0 = t0 = time.monotonic()
+        stopped_early = False
         learn_after = max(cfg.batch_size, cfg.learning_starts)
         steps = self.env_steps()
         next_eval = _next_multiple(steps, cfg.eval_every)
@@ -148,7 +153,12 @@ class SerialTrainer:
                 steps = self.env_steps()
                 if steps >= next_eval:
                     next_eval = _next_multiple(steps, cfg.eval_every)
-                    self._evaluate(steps)
+                    reached = self._evaluate(steps).mean_return
+                    if cfg.stop_at_return is not None and reached >= cfg.stop_at_return:
+                        self.print_fn(f"[spreeze] evaluation return {reached:.1f} >= --stop-at-return "
+                                      f"{cfg.stop_at_return} at {steps:,} env steps; stopping")
+                        stopped_early = True
+                        break
                 if steps >= next_ckpt:
                     next_ckpt = _next_multiple(steps, cfg.checkpoint_every)
                     self.save_checkpoint()
@@ -166,7 +176,7 @@ class SerialTrainer:
             run_dir=self.context.run_dir, env_steps=steps, critic_updates=self.critic.updates,
             actor_updates=self.actor.updates, episodes=sum(s.episodes for s in self.samplers),
             final_eval_return=final.mean_return, final_eval_returns=final.returns, evals=list(self.evals),
-            wall_s=time.monotonic() - t0, mode="serial",
+            wall_s=time.monotonic() - t0, mode="serial", stopped_early=stopped_early,
         )
 
     def _learn(self) -> None:
@@ -178,7 +188,7 @@ class SerialTrainer:
 
     def _evaluate(self, steps: int) -> Any:
         result = self.evaluator.evaluate(steps)
-        self.evals.append((steps, result.mean_return))
+        self.evals.append((steps, result.mean_return, time.monotonic() - self.t0))
         self.critic.flush()
         self.actor.flush()
         self.monitor.poll(force=True)
@@ -219,7 +229,7 @@ class SerialTrainer:
                 "of the run that wrote it"
             ) from None
         self.update_credit = float(payload.get("update_credit", 0.0))
-        self.evals = [(int(s), float(r)) for s, r in payload.get("evals", [])]
+        self.evals = [(int(e[0]), float(e[1]), float(e[2])) for e in payload.get("evals", [])]
         restore_process_rng(payload["process_rng"])
 
     def close(self) -> None:

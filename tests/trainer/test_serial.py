@@ -108,3 +108,9 @@ def test_prioritized_replay_weights_the_critic(tmp_path):
     assert result.critic_updates == 301 and np.isfinite(result.final_eval_return)
     weights = [v for _, v in got["replay/is_weight_mean"]]
     assert all(0.0 < w <= 1.0 for w in weights) and min(weights) < 1.0  # priorities differ: weights < 1
+
+
+def test_stop_at_return_ends_the_run_at_the_first_good_evaluation(tmp_path):
+    result = train(tiny(tmp_path, eval_every=300, stop_at_return=-1e9), print_fn=lambda line: None)
+    assert result.stopped_early and result.env_steps == 300
+    assert [e[0] for e in result.evals] == [300] and result.evals[0][2] > 0
