@@ -46,7 +46,8 @@ class TrainConfig:
     """Everything a run needs. Defaults train SAC on Pendulum-v1 in a few minutes on 2 CPU cores."""
 
     # --- what to train -------------------------------------------------------------------------
-    env: str = _f("Pendulum-v1", "gymnasium env id, or module:EnvId to import your own registered env first")
+    env: str = _f("Pendulum-v1", "gymnasium env id, or module:EnvId to import your own registered env first",
+                  metavar="ID")
     algo: str = _f("sac", "algorithm", choices=ALGOS)
     total_steps: int = _f(20_000, "env steps to train for (summed over all envs)")
     seed: int = _f(1, "run seed; every env, network and sampler seed is derived from it")
@@ -76,19 +77,21 @@ class TrainConfig:
     hidden_sizes: tuple[int, ...] = _f((256, 256), "hidden layer widths of actor and critic MLPs")
     weight_sync_period: int = _f(1, "learner updates between publishing a network and refreshing the other's copy")
     # --- devices and threads ----------------------------------------------------------------------
-    actor_device: str = _f("auto", "actor learner device: auto (2 GPUs: cuda:0, 1: cuda:0, none: cpu), cpu, cuda:N")
-    critic_device: str = _f("auto", "critic learner device: auto (2 GPUs: cuda:1, 1: cuda:0, none: cpu), cpu, cuda:N")
+    actor_device: str = _f("auto", "actor learner device: auto (2 GPUs: cuda:0, 1: cuda:0, none: cpu), cpu, cuda:N",
+                          metavar="DEVICE")
+    critic_device: str = _f("auto", "critic learner device: auto (2 GPUs: cuda:1, 1: cuda:0, none: cpu), cpu, cuda:N",
+                           metavar="DEVICE")
     torch_threads: int = _f(1, "torch CPU threads per process (learners; samplers always use 1)")
     # --- evaluation, logging, checkpoints ---------------------------------------------------------
     eval_every: int = _f(5_000, "env steps between evaluations (0: only the final one)")
     eval_episodes: int = _f(10, "deterministic episodes per evaluation")
     stop_at_return: float | None = _f(None, "stop once an evaluation's mean return reaches this (auto: never)")
-    logdir: str = _f("runs", "folder that receives runs/<env>__<algo>__<seed>__<unixtime>/")
+    logdir: str = _f("runs", "folder that receives the run folders <env>__<algo>__<seed>__<unixtime>/", metavar="DIR")
     log_interval: float = _f(10.0, "seconds between console progress lines (0: quiet)")
     tb_interval: float = _f(2.0, "seconds between TensorBoard writes of the aggregated scalars")
     checkpoint_every: int = _f(10_000, "env steps between checkpoints (0: only the final one)")
     keep_checkpoints: int = _f(2, "how many recent checkpoints to keep")
-    resume: str = _f("", "continue the run in this run folder from its newest checkpoint")
+    resume: str = _f("", "continue the run in this run folder from its newest checkpoint", metavar="RUN_DIR")
     # --- process layout ----------------------------------------------------------------------------
     serial: bool = _f(False, "run every role in this one process (debugging, determinism, baseline)")
     autotune: bool = _f(False, "measure this machine and choose samplers/batch/devices (not available yet)")
@@ -266,8 +269,10 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
             kwargs.update(nargs="+", type=int, metavar="N")
         else:
             kwargs["type"] = _auto_or(base) if optional else base
+            kwargs["metavar"] = f.metadata.get("metavar", {int: "N", float: "X", str: "S"}.get(base, "V"))
             if "choices" in f.metadata:
                 kwargs["choices"] = f.metadata["choices"]
+                kwargs.pop("metavar")
         parser.add_argument(flag, **kwargs)
 
 

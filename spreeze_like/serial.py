@@ -26,21 +26,16 @@ from typing import Any
 
 import torch
 
-from spreeze_like.algos.base import AlgoSpec
 from spreeze_like.checkpoint import capture_process_rng, restore_process_rng, save_checkpoint
 from spreeze_like.config import TrainConfig
-from spreeze_like.envs import env_info
 from spreeze_like.errors import CheckpointError
 from spreeze_like.metrics import stats_schema
-from spreeze_like.roles.actor_learner import ActorLearner
-from spreeze_like.roles.critic_learner import CriticLearner
-from spreeze_like.roles.evaluator import Evaluator
+from spreeze_like.roles import build
 from spreeze_like.roles.monitor import Monitor
 from spreeze_like.roles.ports import LocalBoard, LocalStatsBlock
 from spreeze_like.roles.replay_writer import ReplayWriter
-from spreeze_like.roles.sampler import SamplerWorker, random_steps_per_sampler
 from spreeze_like.rundir import RunContext
-from spreeze_like.seeding import derive_seed, seed_process
+from spreeze_like.seeding import seed_process
 from spreeze_like.transition import TransitionLayout
 
 
@@ -62,34 +57,6 @@ class TrainResult:
     mode: str = "serial"
 
 
-@dataclass
-class Replay:
-    """Replay storage and the two samplers drawing from it (critic: maybe prioritized; actor: uniform).
-
-    The critic's sampler also inserts (``add``): a prioritized one gives new slots the max priority.
-    """
-
-    storage: Any
-    critic_sampler: Any
-    actor_sampler: Any
-
-
-def build_replay(config: TrainConfig, layout: TransitionLayout) -> Replay:
-    """Local-memory replay storage with its samplers (``spreeze_like.replay``)."""
-    from spreeze_like.replay import PrioritizedConfig, PrioritizedSampler, ReplayStorage, SumTree, UniformSampler
-
-    storage = ReplayStorage.local(config.buffer_size, layout.obs_dim, layout.act_dim)
-    actor_sampler = UniformSampler(storage, seed=derive_seed(config.seed, "replay/actor"))
-    critic_seed = derive_seed(config.seed, "replay/critic")
-    if not config.prioritized:
-        return Replay(storage, UniformSampler(storage, seed=critic_seed), actor_sampler)
-    # beta goes from priority_beta to 1 over the critic updates the run will make
-    expected_updates = max(1, int((config.total_steps - config.learning_starts) * config.utd))
-    per_config = PrioritizedConfig(alpha=config.priority_alpha, beta0=config.priority_beta, beta_steps=expected_updates)
-    tree = SumTree.local(config.buffer_size, seed=critic_seed)
-    return Replay(storage, PrioritizedSampler(storage, tree, per_config, seed=critic_seed), actor_sampler)
-
-
 class SerialTrainer:
     """Builds every role with in-process ports and runs the loop described in the module docstring."""
 
@@ -97,28 +64,22 @@ class SerialTrainer:
         self.config, self.context, self.print_fn = config, context, print_fn
         torch.set_num_threads(config.torch_threads)
         seed_process(config.seed, "serial")
-        info = env_info(config.env)
-        self.spec = spec = AlgoSpec.from_config(config, info.obs_dim, info.act_dim)
-        self.layout = TransitionLayout(info.obs_dim, info.act_dim)
+        self.spec = spec = build.algo_spec(config)
+        self.layout = TransitionLayout(spec.obs_dim, spec.act_dim)
         self.stats = LocalStatsBlock(stats_schema(config.samplers))
-        self.replay = build_replay(config, self.layout)
-        self.writer = ReplayWriter(self.replay.critic_sampler, self.layout, self.stats.role("replay"))
+        self.storage, critic_replay, actor_replay = build.local_replay(config, spec.obs_dim, spec.act_dim)
+        self.writer = ReplayWriter(critic_replay, self.layout, self.stats.role("replay"))
         self.actor_board, self.critic_board = LocalBoard(), LocalBoard()
-        gen = context.generation
-        random_steps = random_steps_per_sampler(config.learning_starts, config.samplers)
         self.samplers = [
-            SamplerWorker(config.env, spec, i, config.envs_per_sampler, random_steps, self.writer, self.actor_board,
-                          self.stats.role(f"sampler-{i}"), generation=gen)
+            build.sampler(config, spec, i, self.writer, self.actor_board, self.stats.role(f"sampler-{i}"),
+                          generation=context.generation)
             for i in range(config.samplers)
         ]
-        self.critic = CriticLearner(spec, config.critic_device, self.replay.critic_sampler, self.actor_board,
-                                    self.critic_board, self.stats.role("critic-learner"), config.batch_size,
-                                    config.weight_sync_period, config.prioritized)
-        self.actor = ActorLearner(spec, config.actor_device, self.replay.actor_sampler, self.critic_board,
-                                  self.actor_board, self.stats.role("actor-learner"), config.batch_size,
-                                  config.weight_sync_period)
-        self.evaluator = Evaluator(config.env, spec, self.actor_board, self.stats.role("evaluator"),
-                                   config.eval_episodes)
+        self.critic = build.critic_learner(config, spec, critic_replay, self.actor_board, self.critic_board,
+                                           self.stats.role("critic-learner"))
+        self.actor = build.actor_learner(config, spec, actor_replay, self.critic_board, self.actor_board,
+                                         self.stats.role("actor-learner"))
+        self.evaluator = build.evaluator(config, spec, self.actor_board, self.stats.role("evaluator"))
         self.update_credit = 0.0
         self.evals: list[tuple[int, float, float]] = []
         self.t0 = time.monotonic()

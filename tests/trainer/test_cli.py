@@ -76,3 +76,9 @@ def test_corrupt_checkpoint(finished_run, tmp_path):
 
 def test_resume_of_a_missing_folder(tmp_path):
     assert_one_line_error(run_cli("--resume", str(tmp_path / "nope")), "--resume")
+
+
+def test_package_import_stays_light():
+    code = "import sys, spreeze_like; assert 'torch' not in sys.modules; assert callable(spreeze_like.train)"
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr
