@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         config = parse_cli(argv)
-        from spreeze_like.train import train
+        from spreeze_like.training import train
 
         result = train(config)
     except SpreezeError as exc:

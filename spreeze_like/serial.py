@@ -20,7 +20,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,25 +35,8 @@ from spreeze_like.roles.ports import LocalBoard, LocalStatsBlock
 from spreeze_like.roles.replay_writer import ReplayWriter
 from spreeze_like.rundir import RunContext
 from spreeze_like.seeding import seed_process
+from spreeze_like.training import TrainResult
 from spreeze_like.transition import TransitionLayout
-
-
-@dataclass
-class TrainResult:
-    """What a finished run reports (``spreeze_like.train`` returns it; the CLI prints it)."""
-
-    run_dir: Path
-    env_steps: int
-    critic_updates: int
-    actor_updates: int
-    episodes: int
-    final_eval_return: float
-    final_eval_returns: tuple[float, ...]
-    # (env step, mean eval return, wall seconds since this session started) of every evaluation
-    evals: list[tuple[int, float, float]] = field(default_factory=list)
-    stopped_early: bool = False  # an evaluation reached config.stop_at_return
-    wall_s: float = 0.0
-    mode: str = "serial"
 
 
 class SerialTrainer:

@@ -18,7 +18,7 @@ import os
 import statistics
 
 from spreeze_like.config import TrainConfig
-from spreeze_like.train import train
+from spreeze_like.training import train
 
 
 def parse_override(text: str) -> tuple[str, object]:

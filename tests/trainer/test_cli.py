@@ -11,7 +11,7 @@ import pytest
 
 from spreeze_like.checkpoint import list_checkpoints
 from spreeze_like.config import TrainConfig
-from spreeze_like.train import train
+from spreeze_like.training import train
 
 from .test_serial import TINY
 
@@ -79,6 +79,7 @@ def test_resume_of_a_missing_folder(tmp_path):
 
 
 def test_package_import_stays_light():
-    code = "import sys, spreeze_like; assert 'torch' not in sys.modules; assert callable(spreeze_like.train)"
+    code = ("import sys, spreeze_like; assert 'torch' not in sys.modules; import spreeze_like.training; "
+            "assert callable(spreeze_like.train)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
     assert proc.returncode == 0, proc.stderr

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from spreeze_like.config import TrainConfig
-from spreeze_like.train import train
+from spreeze_like.training import train
 
 from .test_serial import TINY
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from spreeze_like.config import TrainConfig
-from spreeze_like.train import train
+from spreeze_like.training import train
 
 
 def test_sac_learns_pendulum_in_serial_mode(tmp_path):

@@ -10,7 +10,7 @@ import torch
 
 from spreeze_like.checkpoint import list_checkpoints, load_latest
 from spreeze_like.config import TrainConfig
-from spreeze_like.train import train
+from spreeze_like.training import train
 
 from .tb import scalars, text_tags
 
