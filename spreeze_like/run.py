@@ -29,8 +29,10 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted; resume with --resume <run folder>", file=sys.stderr)
         return 130
     returns = ", ".join(f"{r:.1f}" for r in result.final_eval_returns)
-    print(f"final evaluation: mean return {result.final_eval_return:.1f} over {len(result.final_eval_returns)} "
-          f"episodes ({returns}) after {result.env_steps:,} env steps, {result.wall_s:.0f} s")
+    print(
+        f"final evaluation: mean return {result.final_eval_return:.1f} over {len(result.final_eval_returns)} "
+        f"episodes ({returns}) after {result.env_steps:,} env steps, {result.wall_s:.0f} s"
+    )
     print(f"run folder: {result.run_dir}   (tensorboard --logdir {result.run_dir.parent})")
     return 0
 

@@ -53,14 +53,23 @@ class SerialTrainer:
         self.writer = ReplayWriter(critic_replay, self.layout, self.stats.role("replay"))
         self.actor_board, self.critic_board = LocalBoard(), LocalBoard()
         self.samplers = [
-            build.sampler(config, spec, i, self.writer, self.actor_board, self.stats.role(f"sampler-{i}"),
-                          generation=context.generation)
+            build.sampler(
+                config,
+                spec,
+                i,
+                self.writer,
+                self.actor_board,
+                self.stats.role(f"sampler-{i}"),
+                generation=context.generation,
+            )
             for i in range(config.samplers)
         ]
-        self.critic = build.critic_learner(config, spec, critic_replay, self.actor_board, self.critic_board,
-                                           self.stats.role("critic-learner"))
-        self.actor = build.actor_learner(config, spec, actor_replay, self.critic_board, self.actor_board,
-                                         self.stats.role("actor-learner"))
+        self.critic = build.critic_learner(
+            config, spec, critic_replay, self.actor_board, self.critic_board, self.stats.role("critic-learner")
+        )
+        self.actor = build.actor_learner(
+            config, spec, actor_replay, self.critic_board, self.actor_board, self.stats.role("actor-learner")
+        )
         self.evaluator = build.evaluator(config, spec, self.actor_board, self.stats.role("evaluator"))
         self.update_credit = 0.0
         self.evals: list[tuple[int, float, float]] = []
@@ -68,11 +77,17 @@ class SerialTrainer:
         if context.payload is not None:
             self._restore(context.payload)
         self.start_step = context.start_step
-        self.monitor = Monitor(context.run_dir, self.stats.snapshot, config.to_dict(), config.total_steps,
-                               start_step=self.start_step, tb_interval=config.tb_interval,
-                               log_interval=config.log_interval,
-                               purge_step=self.start_step + 1 if context.payload is not None else None,
-                               print_fn=print_fn)
+        self.monitor = Monitor(
+            context.run_dir,
+            self.stats.snapshot,
+            config.to_dict(),
+            config.total_steps,
+            start_step=self.start_step,
+            tb_interval=config.tb_interval,
+            log_interval=config.log_interval,
+            purge_step=self.start_step + 1 if context.payload is not None else None,
+            print_fn=print_fn,
+        )
 
     # --- the loop -------------------------------------------------------------------------------------------
     def env_steps(self) -> int:
@@ -98,8 +113,10 @@ class SerialTrainer:
                     next_eval = _next_multiple(steps, cfg.eval_every)
                     reached = self._evaluate(steps).mean_return
                     if cfg.stop_at_return is not None and reached >= cfg.stop_at_return:
-                        self.print_fn(f"[spreeze] evaluation return {reached:.1f} >= --stop-at-return "
-                                      f"{cfg.stop_at_return} at {steps:,} env steps; stopping")
+                        self.print_fn(
+                            f"[spreeze] evaluation return {reached:.1f} >= --stop-at-return "
+                            f"{cfg.stop_at_return} at {steps:,} env steps; stopping"
+                        )
                         stopped_early = True
                         break
                 if steps >= next_ckpt:
@@ -116,10 +133,17 @@ class SerialTrainer:
         self.save_checkpoint()
         self.close()
         return TrainResult(
-            run_dir=self.context.run_dir, env_steps=steps, critic_updates=self.critic.updates,
-            actor_updates=self.actor.updates, episodes=sum(s.episodes for s in self.samplers),
-            final_eval_return=final.mean_return, final_eval_returns=final.returns, evals=list(self.evals),
-            wall_s=time.monotonic() - t0, mode="serial", stopped_early=stopped_early,
+            run_dir=self.context.run_dir,
+            env_steps=steps,
+            critic_updates=self.critic.updates,
+            actor_updates=self.actor.updates,
+            episodes=sum(s.episodes for s in self.samplers),
+            final_eval_return=final.mean_return,
+            final_eval_returns=final.returns,
+            evals=list(self.evals),
+            wall_s=time.monotonic() - t0,
+            mode="serial",
+            stopped_early=stopped_early,
         )
 
     def _learn(self) -> None:
@@ -144,10 +168,16 @@ class SerialTrainer:
         roles["critic-learner"] = self.critic.state_dict()
         roles["actor-learner"] = self.actor.state_dict()
         payload = {
-            "config": self.config.to_dict(), "env_steps": steps, "generation": self.context.generation,
-            "critic_updates": self.critic.updates, "actor_updates": self.actor.updates,
-            "episodes": sum(s.episodes for s in self.samplers), "update_credit": self.update_credit,
-            "evals": [list(e) for e in self.evals], "roles": roles, "process_rng": capture_process_rng(),
+            "config": self.config.to_dict(),
+            "env_steps": steps,
+            "generation": self.context.generation,
+            "critic_updates": self.critic.updates,
+            "actor_updates": self.actor.updates,
+            "episodes": sum(s.episodes for s in self.samplers),
+            "update_credit": self.update_credit,
+            "evals": [list(e) for e in self.evals],
+            "roles": roles,
+            "process_rng": capture_process_rng(),
             "saved_at": time.time(),
         }
         return save_checkpoint(self.context.run_dir, payload, steps, keep=self.config.keep_checkpoints)

@@ -52,7 +52,9 @@ def parallel_entry() -> Callable[[TrainConfig, RunContext], TrainResult] | None:
     return run_parallel
 
 
-def train(config: TrainConfig | None = None, print_fn: Callable[[str], None] = print, **overrides: object) -> TrainResult:
+def train(
+    config: TrainConfig | None = None, print_fn: Callable[[str], None] = print, **overrides: object
+) -> TrainResult:
     """Train an agent and return the final evaluation, run folder and counters.
 
     Args:
@@ -70,9 +72,11 @@ def train(config: TrainConfig | None = None, print_fn: Callable[[str], None] = p
         print_fn("[spreeze] the parallel mode is not built yet; running every role in this process (--serial)")
         config = dataclasses.replace(config, serial=True)
     context = prepare_run(config)
-    print_fn(f"[spreeze] {config.algo} on {config.env}, {'serial' if config.serial else 'parallel'} mode, "
-             f"actor on {config.actor_device}, critic on {config.critic_device}; run folder {context.run_dir}"
-             + (f" (resuming at env step {context.start_step:,})" if context.payload else ""))
+    print_fn(
+        f"[spreeze] {config.algo} on {config.env}, {'serial' if config.serial else 'parallel'} mode, "
+        f"actor on {config.actor_device}, critic on {config.critic_device}; run folder {context.run_dir}"
+        + (f" (resuming at env step {context.start_step:,})" if context.payload else "")
+    )
     if run is None:
         from spreeze_like.serial import run_serial
 

@@ -42,24 +42,41 @@ def main() -> None:
     rows = []
     for seed in args.seeds:
         config = dataclasses.replace(
-            TrainConfig(), env=args.env, algo=args.algo, seed=seed, total_steps=args.total_steps, serial=True,
-            eval_every=args.eval_every, stop_at_return=args.threshold, logdir=args.logdir, log_interval=0,
-            checkpoint_every=0, **dict(args.set),
+            TrainConfig(),
+            env=args.env,
+            algo=args.algo,
+            seed=seed,
+            total_steps=args.total_steps,
+            serial=True,
+            eval_every=args.eval_every,
+            stop_at_return=args.threshold,
+            logdir=args.logdir,
+            log_interval=0,
+            checkpoint_every=0,
+            **dict(args.set),
         )
         result = train(config, print_fn=lambda line: None)
         hit = next(((s, r, w) for s, r, w in result.evals if r >= args.threshold), None)
         curve = ", ".join(f"{s}:{r:.0f}" for s, r, _ in result.evals)
         if hit:
-            print(f"{args.algo} seed {seed}: eval {hit[1]:.1f} >= {args.threshold} at {hit[0]} env steps, "
-                  f"{hit[2]:.0f} s   [{curve}]", flush=True)
+            print(
+                f"{args.algo} seed {seed}: eval {hit[1]:.1f} >= {args.threshold} at {hit[0]} env steps, "
+                f"{hit[2]:.0f} s   [{curve}]",
+                flush=True,
+            )
         else:
-            print(f"{args.algo} seed {seed}: not reached in {result.env_steps} env steps ({result.wall_s:.0f} s)   "
-                  f"[{curve}]", flush=True)
+            print(
+                f"{args.algo} seed {seed}: not reached in {result.env_steps} env steps ({result.wall_s:.0f} s)   "
+                f"[{curve}]",
+                flush=True,
+            )
         rows.append(hit)
     reached = [h for h in rows if h]
     if len(reached) == len(rows):
-        print(f"median over {len(rows)} seeds: {statistics.median(h[0] for h in reached):.0f} env steps, "
-              f"{statistics.median(h[2] for h in reached):.0f} s")
+        print(
+            f"median over {len(rows)} seeds: {statistics.median(h[0] for h in reached):.0f} env steps, "
+            f"{statistics.median(h[2] for h in reached):.0f} s"
+        )
     print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 

@@ -27,26 +27,63 @@ def algo_spec(config: TrainConfig) -> AlgoSpec:
     return AlgoSpec.from_config(config, info.obs_dim, info.act_dim)
 
 
-def sampler(config: TrainConfig, spec: AlgoSpec, index: int, sink: TransitionSink, weights: WeightsSource,
-            stats: StatsWriter, generation: int = 0) -> SamplerWorker:
+def sampler(
+    config: TrainConfig,
+    spec: AlgoSpec,
+    index: int,
+    sink: TransitionSink,
+    weights: WeightsSource,
+    stats: StatsWriter,
+    generation: int = 0,
+) -> SamplerWorker:
     """Role ``sampler-<index>``."""
     random_steps = random_steps_per_sampler(config.learning_starts, config.samplers)
-    return SamplerWorker(config.env, spec, index, config.envs_per_sampler, random_steps, sink, weights, stats,
-                         generation=generation)
+    return SamplerWorker(
+        config.env, spec, index, config.envs_per_sampler, random_steps, sink, weights, stats, generation=generation
+    )
 
 
-def critic_learner(config: TrainConfig, spec: AlgoSpec, replay: ReplaySampler, actor_source: WeightsSource,
-                   critic_sink: WeightsSink, stats: StatsWriter) -> CriticLearner:
+def critic_learner(
+    config: TrainConfig,
+    spec: AlgoSpec,
+    replay: ReplaySampler,
+    actor_source: WeightsSource,
+    critic_sink: WeightsSink,
+    stats: StatsWriter,
+) -> CriticLearner:
     """Role ``critic-learner`` on ``config.critic_device``."""
-    return CriticLearner(spec, config.critic_device, replay, actor_source, critic_sink, stats, config.batch_size,
-                         config.weight_sync_period, config.prioritized)
+    return CriticLearner(
+        spec,
+        config.critic_device,
+        replay,
+        actor_source,
+        critic_sink,
+        stats,
+        config.batch_size,
+        config.weight_sync_period,
+        config.prioritized,
+    )
 
 
-def actor_learner(config: TrainConfig, spec: AlgoSpec, replay: ReplaySampler, critic_source: WeightsSource,
-                  actor_sink: WeightsSink, stats: StatsWriter) -> ActorLearner:
+def actor_learner(
+    config: TrainConfig,
+    spec: AlgoSpec,
+    replay: ReplaySampler,
+    critic_source: WeightsSource,
+    actor_sink: WeightsSink,
+    stats: StatsWriter,
+) -> ActorLearner:
     """Role ``actor-learner`` on ``config.actor_device``."""
-    return ActorLearner(spec, config.actor_device, replay, critic_source, actor_sink, stats, config.batch_size,
-                        config.weight_sync_period)
+    return ActorLearner(
+        spec,
+        config.actor_device,
+        replay,
+        critic_source,
+        actor_sink,
+        stats,
+        config.batch_size,
+        config.weight_sync_period,
+    )
 
 
 def evaluator(config: TrainConfig, spec: AlgoSpec, weights: WeightsSource, stats: StatsWriter) -> Evaluator:

@@ -15,8 +15,18 @@ from spreeze_like.training import train
 
 def test_sac_learns_pendulum_in_serial_mode(tmp_path):
     config = dataclasses.replace(
-        TrainConfig(), serial=True, logdir=str(tmp_path), seed=1, total_steps=4000, learning_starts=500,
-        hidden_sizes=(64, 64), batch_size=128, eval_every=0, eval_episodes=5, log_interval=0, checkpoint_every=0,
+        TrainConfig(),
+        serial=True,
+        logdir=str(tmp_path),
+        seed=1,
+        total_steps=4000,
+        learning_starts=500,
+        hidden_sizes=(64, 64),
+        batch_size=128,
+        eval_every=0,
+        eval_episodes=5,
+        log_interval=0,
+        checkpoint_every=0,
     )
     result = train(config, print_fn=lambda line: None)
     assert result.critic_updates == 3501
