@@ -423,6 +423,9 @@ class Supervisor:
                   "env_steps": int(snap.get(SUPERVISOR, {}).get("env_steps", 0)), "total_steps": self.config.total_steps,
                   "last_checkpoint": str(self.last_checkpoint) if self.last_checkpoint else None,
                   "failure": self.failure, "roles": roles, "updated_at": time.time()}
+        if force and snap:  # the last write: every role's counters, for tools such as tools/bench_learner_rate.py
+            status["counters"] = {role: {k: v for k, v in row.items() if k != "heartbeat_age_s"}
+                                  for role, row in snap.items()}
         try:
             write_json_atomic(self.run_dir / "status.json", status)
         except OSError:
