@@ -19,7 +19,7 @@ from spreeze_like.ipc.naming import (
 from spreeze_like.ipc.ring import Ring
 from spreeze_like.ipc.segment import ArrayLayout, Segment, align_up, shm_free_bytes, unlink_segment
 from spreeze_like.ipc.stats_block import RoleStats, StatsBlock
-from spreeze_like.transition import TransitionLayout  # one layout for rings, samplers and replay
+from spreeze_like.ipc.transition import TransitionLayout
 from spreeze_like.ipc.weight_board import WeightBoard
 
 __all__ = [

@@ -37,7 +37,7 @@ from spreeze_like.algos.networks import set_flat
 from spreeze_like.envs import flat_obs, make_env, reset_env
 from spreeze_like.roles.ports import StatsWriter, TransitionSink, WeightsSource, observe
 from spreeze_like.seeding import derive_seed
-from spreeze_like.transition import TransitionLayout
+from spreeze_like.transition import TransitionLayout, finite_rows
 
 
 class SamplerWorker:
@@ -100,7 +100,7 @@ class SamplerWorker:
             o, r, term, trunc, _ = env.step(actions[j])
             next_obs[j], rewards[j], terminated[j], truncated[j] = flat_obs(o), r, term, trunc
         rows = self.layout.pack(self.obs, actions, rewards, next_obs, terminated, truncated, out=self._rows)
-        finite = self.layout.finite_mask(rows)
+        finite = finite_rows(rows)
         if finite.all():
             self.sink.write(rows)
         else:

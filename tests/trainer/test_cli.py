@@ -17,7 +17,7 @@ from .test_serial import TINY
 
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "spreeze_like.run", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "spreeze_like.run", *args], capture_output=True, text=True, check=False,
                           timeout=timeout, env={**os.environ, "PYTHONWARNINGS": "ignore"})
 
 

@@ -15,8 +15,8 @@ from spreeze_like.train import train
 from .tb import scalars, text_tags
 
 # Small networks and budgets: these tests check the plumbing, not the learning (test_learning.py).
-TINY = dict(serial=True, hidden_sizes=(32, 32), batch_size=32, learning_starts=200, total_steps=600,
-            eval_every=0, eval_episodes=2, log_interval=0, tb_interval=0, checkpoint_every=0)
+TINY = {"serial": True, "hidden_sizes": (32, 32), "batch_size": 32, "learning_starts": 200, "total_steps": 600,
+        "eval_every": 0, "eval_episodes": 2, "log_interval": 0, "tb_interval": 0, "checkpoint_every": 0}
 
 
 def tiny(tmp_path, **changes) -> TrainConfig:
@@ -33,7 +33,7 @@ def flat(state: dict) -> torch.Tensor:
 
 
 def test_serial_mode_is_deterministic_for_a_seed(tmp_path):
-    quiet = dict(print_fn=lambda line: None)
+    quiet = {"print_fn": lambda line: None}
     a = train(tiny(tmp_path / "a"), **quiet)
     b = train(tiny(tmp_path / "b"), **quiet)
     c = train(tiny(tmp_path / "c", seed=2), **quiet)
@@ -100,3 +100,11 @@ def test_resume_continues_steps_updates_and_curve(tmp_path):
     assert steps[-1] == 1000 and min(steps) <= 600 and steps == sorted(steps)
     evals = [s for s, _ in scalars(first.run_dir)["eval/episodic_return"]]
     assert evals == [300, 600, 900, 1000]
+
+
+def test_prioritized_replay_weights_the_critic(tmp_path):
+    result = train(tiny(tmp_path, prioritized=True, total_steps=500), print_fn=lambda line: None)
+    got = scalars(result.run_dir)
+    assert result.critic_updates == 301 and np.isfinite(result.final_eval_return)
+    weights = [v for _, v in got["replay/is_weight_mean"]]
+    assert all(0.0 < w <= 1.0 for w in weights) and min(weights) < 1.0  # priorities differ: weights < 1

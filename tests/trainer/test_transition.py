@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from spreeze_like.transition import TransitionLayout
+from spreeze_like.transition import TransitionLayout, finite_rows
 
 
 def test_pack_unpack_round_trip():
@@ -31,4 +31,4 @@ def test_finite_mask():
     rows = np.zeros((3, layout.width), np.float32)
     rows[1, 2] = np.nan
     rows[2, 0] = np.inf
-    np.testing.assert_array_equal(layout.finite_mask(rows), [True, False, False])
+    np.testing.assert_array_equal(finite_rows(rows), [True, False, False])
