@@ -25,7 +25,7 @@ The rules, in the order they are applied:
    if the all-cores curve measured faster than 1 thread (oversubscribed threads are slower).
 6. **Replay** as large as the run needs (``total_steps``, at most the configured size) and as fits
    in half of the free memory (/dev/shm for the parallel mode) after the processes' own memory.
-   **Rings** hold about a quarter second of a sampler's output (power of two, 1024..65536 rows).
+   **Rings**: the size the parallel mode derives from its pacing lead, counted in the memory.
 """
 
 from __future__ import annotations
@@ -46,8 +46,6 @@ GPU_MEMORY_FRACTION = 0.8
 MEMORY_FRACTION = 0.5
 PROCESS_BYTES = 600 * 2**20  # resident memory of one process with torch and an env loaded
 THREAD_GAIN = 1.10
-RING_SECONDS = 0.25
-RING_MIN, RING_MAX = 1024, 65536
 PARALLEL_LEARNERS = 2  # critic learner + actor learner: busy processes
 PARALLEL_IDLE = 3  # supervisor, monitor, evaluator: mostly idle, but they take memory
 PLANNED_FIELDS = ("serial", "actor_device", "critic_device", "batch_size", "samplers", "envs_per_sampler",
@@ -255,10 +253,15 @@ def make_plan(probes: ProbeResults, config: Any, explicit: Collection[str] = (),
                       f"batch costs no update rate (knee alone: {knee.batch_size})")
     batch = choose("batch_size", chosen.batch_size, reason)
     point = curve.point(batch) or _nearest(curve, batch)
-    if critic_dev == actor_dev and critic_dev != "cpu":
+    delay = config.policy_delay or (2 if config.algo == "td3" else 1)
+    if not serial and critic_dev == actor_dev and critic_dev != "cpu":
         # both learners take turns on one GPU: the critic gets the device between the actor's updates
-        point = dataclasses.replace(point, critic=dataclasses.replace(point.critic, value=point.serial_rate))
-        plan.notes.append(f"both learners share {critic_dev}: expected critic rate is the measured update-pair rate")
+        rate = 1.0 / (1.0 / point.critic.value + 1.0 / (delay * point.actor.value))
+        point = dataclasses.replace(point, critic=dataclasses.replace(point.critic, value=rate))
+        plan.notes.append(f"both learners share {critic_dev}: the expected critic rate counts the actor's turns")
+    elif not serial and delay * point.actor.value < point.critic.value:
+        # the parallel critic waits for an actor that falls behind (pacing rule 3)
+        point = dataclasses.replace(point, critic=dataclasses.replace(point.critic, value=delay * point.actor.value))
     if memory_total and batch > max(p.batch_size for p in curve.points):
         plan.notes.append(f"batch {batch} is beyond the largest size measured on {critic_dev}; it may not fit")
     elif memory_total and point.peak_memory > GPU_MEMORY_FRACTION * memory_total:
@@ -287,7 +290,7 @@ def make_plan(probes: ProbeResults, config: Any, explicit: Collection[str] = (),
     _predict(plan, point, per_sampler.value, samplers, utd, serial, threads, cpu_learners, cores, config)
 
     # 6. memory: replay and rings -------------------------------------------------------------------------------
-    _plan_memory(plan, probes, config, choose, samplers, serial, per_sampler.value * samplers)
+    _plan_memory(plan, probes, config, choose, samplers, serial)
     plan.estimates = probes.estimates()
     return plan
 
@@ -362,13 +365,16 @@ def _predict(plan: Plan, point: UpdatePoint, sampler_hz: float, samplers: int, u
                           "the CPU")
 
 
-def _plan_memory(plan: Plan, probes: ProbeResults, config: Any, choose: Any, samplers: int, serial: bool,
-                 sample_hz: float) -> None:
+def _plan_memory(plan: Plan, probes: ProbeResults, config: Any, choose: Any, samplers: int, serial: bool) -> None:
     hw, env = probes.hardware, probes.env
     width = 2 * env.obs_dim + env.act_dim + 3
-    ring = RING_MIN
-    while ring < RING_SECONDS * sample_hz / max(samplers, 1) and ring < RING_MAX:
-        ring *= 2
+    # the parallel mode sizes rings from its pacing lead (how far samplers may run ahead of the
+    # learners); the plan reports that size and counts its memory rather than inventing another
+    from spreeze_like.procs import pacing
+
+    n_envs = int(plan.choices["envs_per_sampler"].value)
+    lead = pacing.default_lead(samplers, n_envs)
+    ring = pacing.ring_capacity(lead, n_envs)
     ring_bytes = 0 if serial else samplers * ring * width * 4
     processes = 1 if serial else samplers + PARALLEL_LEARNERS + PARALLEL_IDLE
     free = hw.memory_available if serial else min(hw.memory_available, hw.shm_free or hw.memory_available)
@@ -393,5 +399,5 @@ def _plan_memory(plan: Plan, probes: ProbeResults, config: Any, choose: Any, sam
     if serial:
         choose("ring_capacity", 0, "serial mode uses no rings")
     else:
-        choose("ring_capacity", ring, f"about {RING_SECONDS} s of one sampler's {sample_hz / max(samplers, 1):,.0f} "
-                                      f"steps/s ({ring * width * 4 / 2**10:,.0f} KiB each)")
+        choose("ring_capacity", ring, f"what the parallel mode sizes itself: a power of two above twice the pacing "
+                                      f"lead of {lead} transitions ({ring * width * 4 / 2**10:,.0f} KiB per sampler)")
