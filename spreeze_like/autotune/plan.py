@@ -15,8 +15,8 @@ The rules, in the order they are applied:
    to the learners (the parallel mode's UTD pacing), so it uses only its duty cycle -- the steps/s
    the learners need over the steps/s it can make -- and counts as busy from half a core up; the
    supervisor, monitor and evaluator are mostly idle. Expected rates shrink in proportion when the
-   expected CPU work exceeds the cores. (Measured here, 2 cores: 1 sampler at ~2% duty beside two
-   CPU learners ran about 1.9x the update rate of the serial mode.)
+   expected CPU work exceeds the cores. (On the 2-core development machine 1 sampler needs ~2% of
+   a core beside two CPU learners: the parallel mode is expected at ~1.9x the serial update rate.)
 3. **Batch size**, from the critic device's measured curve (points within 80% of the GPU's memory,
    at most 8192): double the batch while a doubling buys at least 1.5x the update frames/s, i.e.
    costs at most a quarter of the update rate. On a GPU the update time is flat until the device
