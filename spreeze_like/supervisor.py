@@ -63,7 +63,7 @@ from spreeze_like.procs.parts import assemble_payload, read_part, remove_parts
 from spreeze_like.procs.segments import OwnedSegments, RunSegments, vector_sizes
 from spreeze_like.rundir import RunContext, write_json_atomic
 from spreeze_like.seeding import derive_seed
-from spreeze_like.serial import TrainResult
+from spreeze_like.training import TrainResult
 
 LEARNERS = ("critic-learner", "actor-learner")
 # Seconds without a heartbeat after which a role counts as hung. Learners beat between updates and
