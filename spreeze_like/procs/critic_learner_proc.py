@@ -12,7 +12,8 @@ Loop (every iteration beats the heartbeat and serves checkpoint requests):
   wait); update while the UTD budget allows
   (:func:`~spreeze_like.procs.pacing.critic_budget`) and the actor is not too far behind; after each
   update publish the new allowance for the samplers. Without budget, wait (``data_wait_s``). In
-  ``FINISH``, once the rings are empty and the budget is spent, flush metrics and idle (``DONE``).
+  ``FINISH``, once every sampler is done, the rings are empty and the budget is spent, flush
+  metrics and idle (``DONE``).
 - ``HALT``: the update in hand is finished (the loop is single-threaded), flush, idle (``DONE``).
 - ``EXIT``: return.
 
@@ -81,7 +82,8 @@ def run(args: ChildArgs) -> None:
         learner = build.critic_learner(cfg, spec, sampler, shm.board("actor", "reader"), shm.board("critic", "writer"),
                                        row)
         restore(learner, args, args.role)
-        loop = CriticLoop(args, learner, feeder, storage, Control(block), row, block.role("actor-learner"))
+        samplers = [block.role(r) for r in block.roles if r.startswith("sampler-")]
+        loop = CriticLoop(args, learner, feeder, storage, Control(block), row, block.role("actor-learner"), samplers)
         thread = FeederThread(feeder) if mode == "thread" else None
         try:
             loop.run(thread)
@@ -94,10 +96,10 @@ class CriticLoop:
     """The critic process's loop; see the module docstring."""
 
     def __init__(self, args: ChildArgs, learner: CriticLearner, feeder: RingFeeder, storage: Any, control: Control,
-                 row: Any, actor_row: Any) -> None:
+                 row: Any, actor_row: Any, sampler_rows: list[Any]) -> None:
         cfg = args.config
         self.args, self.learner, self.feeder, self.storage = args, learner, feeder, storage
-        self.control, self.row, self.actor_row = control, row, actor_row
+        self.control, self.row, self.actor_row, self.sampler_rows = control, row, actor_row, sampler_rows
         self.start = pacing.learn_after(cfg.batch_size, cfg.learning_starts)
         self.utd, self.lead, self.delay = cfg.utd, int(args.extra["lead"]), max(1, cfg.policy_delay)
         self.session = 0
@@ -138,11 +140,15 @@ class CriticLoop:
                     continue
                 napper.reset()
                 self._update()
-            elif phase == FINISH and self.feeder.empty():  # FINISH: all data is in and learned from
+            elif phase == FINISH and self._samplers_done() and self.feeder.empty():  # all data in and learned from
                 flushed = self._idle(flushed, napper)
             else:
                 set_state(row, WAITING)
                 row.add("data_wait_s", napper.nap())
+
+    def _samplers_done(self) -> bool:
+        """Every sampler has stopped stepping (it marks ``done`` after its last write), so no record is in flight."""
+        return all(r.get("done") for r in self.sampler_rows)
 
     def _update(self) -> None:
         row = self.row

@@ -75,7 +75,9 @@ def run(args: ChildArgs) -> None:
             return args.start_step + int(sum(r.get("env_steps") for r in sampler_rows))
 
         every = cfg.eval_every
-        next_eval = (global_step() // every + 1) * every if every > 0 else math.inf
+        # from the session's start, not from now: an evaluator started late (or restarted) evaluates
+        # at once for the multiples it missed, then keeps the schedule
+        next_eval = (args.start_step // every + 1) * every if every > 0 else math.inf
         set_state(row, RUNNING)
         try:
             while True:
