@@ -123,12 +123,16 @@ class Supervisor:
             self._watch()
             return self._shutdown(t0)
         finally:
-            self._force_stop()
-            self._write_status(force=True)
-            if self.owned is not None:
-                self.owned.unlink_all()
-            for sig, handler in old_handlers.items():
-                signal.signal(sig, handler)
+            if old_handlers:  # a third Ctrl-C must not cut the cleanup short (it takes milliseconds)
+                signal.signal(signal.SIGINT, signal.SIG_IGN)
+            try:
+                self._force_stop()
+                self._write_status(force=True)
+            finally:
+                if self.owned is not None:
+                    self.owned.unlink_all()
+                for sig, handler in old_handlers.items():
+                    signal.signal(sig, handler)
 
     def _create_segments(self) -> None:
         cfg = self.config

@@ -193,3 +193,22 @@ def test_learner_death_ends_the_run_with_a_clear_message(tmp_path):
     load_latest(run_dir)  # the last good checkpoint is intact
     assert_nothing_left(run_dir)
 
+
+
+def test_second_ctrl_c_forces_the_exit_and_still_cleans_up(tmp_path):
+    logdir, log = tmp_path / "runs", tmp_path / "twice.log"
+    proc = start_cli(*TINY_ARGS, "--total-steps", "100000", "--logdir", str(logdir), log=log)
+    try:
+        run_dir = only_run_dir(logdir)
+        wait_status(run_dir, lambda s: s["env_steps"] > 350, timeout=180, proc=proc, log=log)
+        proc.send_signal(signal.SIGINT)
+        time.sleep(0.05)
+        took = interrupt(proc, signal.SIGINT, timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    assert proc.returncode == 130, text[-3000:]
+    assert took < 10.0
+    assert "stopping: samplers stopped" in text and "[spreeze] interrupted at" not in text  # forced, not graceful
+    assert_nothing_left(run_dir)
