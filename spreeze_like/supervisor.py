@@ -63,7 +63,7 @@ from spreeze_like.procs.parts import assemble_payload, read_part, remove_parts
 from spreeze_like.procs.segments import OwnedSegments, RunSegments, vector_sizes
 from spreeze_like.rundir import RunContext, write_json_atomic
 from spreeze_like.seeding import derive_seed
-from spreeze_like.serial import TrainResult
+from spreeze_like.training import TrainResult
 
 LEARNERS = ("critic-learner", "actor-learner")
 # Seconds without a heartbeat after which a role counts as hung. Learners beat between updates and
@@ -72,6 +72,7 @@ HANG_S = {"sampler": 60.0, "critic-learner": 180.0, "actor-learner": 180.0, "eva
 STARTUP_GRACE_S = 120.0  # importing torch on a loaded machine can take this long before the first beat
 HALT_WAIT_S = 5.0  # Ctrl-C: learners finish the update in hand within this, or the checkpoint is skipped
 JOIN_S = 10.0
+DEFER_MAX_S = 60.0  # the evaluator and monitor start when the learners are up, or after this at the latest
 
 
 class RoleFailedError(SpreezeError):
@@ -168,8 +169,21 @@ class Supervisor:
         for role, module, restartable, extra in roles:
             index = int(role.split("-")[1]) if role.startswith("sampler-") else 0
             self.children[role] = RoleProcess(self.ctx, role, module, self._args_maker(role, index, extra), restartable)
+        # The evaluator and the monitor start once the learners are up: on a small machine five torch
+        # imports at once would delay the first update by the two that are not needed yet.
+        self.deferred = [self.children["evaluator"], self.children["monitor"]]
+        self.spawned_at = time.monotonic()
         for child in self.children.values():
-            child.start()
+            if child not in self.deferred:
+                child.start()
+
+    def _start_deferred(self, now: float) -> None:
+        learners_up = all(self.block.pid(r) for r in LEARNERS)
+        due = learners_up or now - self.spawned_at > DEFER_MAX_S or self.state == "finishing"
+        if self.deferred and due and self.state in ("running", "finishing"):
+            for child in self.deferred:
+                child.start()
+            self.deferred = []
 
     def _args_maker(self, role: str, index: int, extra: dict[str, Any]) -> Callable[[int], ChildArgs]:
         ckpt = str(self.context.checkpoint_path) if self.context.payload is not None else None
@@ -207,6 +221,7 @@ class Supervisor:
         else:
             time.sleep(timeout)
         now = time.monotonic()
+        self._start_deferred(now)
         for child in self.children.values():
             if child.new_death():
                 self._on_death(child, now)
@@ -319,9 +334,15 @@ class Supervisor:
             self._wait_for(lambda: self._try_assemble(timeout) or self.ckpt_pending_since is None, timeout + 5.0,
                            stop_on_signal=False)
         final = self._final_evaluation() if finished and self.failure is None else None
+        if finished:  # a short run on a loaded machine can end before the (deferred) monitor is up
+            monitor = self.children["monitor"]
+            self._wait_for(lambda: not monitor.alive or self.block.pid("monitor") == monitor.pid, 120.0)
         self.control.set("phase", float(EXIT))
         self.state = "exiting"
         deadline = time.monotonic() + JOIN_S
+        for child in self.children.values():
+            if child.alive and self.block.pid(child.role) != child.pid:
+                child.kill_now()  # still starting up: it holds nothing to save, and imports can take long
         for child in self.children.values():
             child.stop(deadline)
         snap = self.block.snapshot()
@@ -402,6 +423,9 @@ class Supervisor:
                   "env_steps": int(snap.get(SUPERVISOR, {}).get("env_steps", 0)), "total_steps": self.config.total_steps,
                   "last_checkpoint": str(self.last_checkpoint) if self.last_checkpoint else None,
                   "failure": self.failure, "roles": roles, "updated_at": time.time()}
+        if force and snap:  # the last write: every role's counters, for tools such as tools/bench_learner_rate.py
+            status["counters"] = {role: {k: v for k, v in row.items() if k != "heartbeat_age_s"}
+                                  for role, row in snap.items()}
         try:
             write_json_atomic(self.run_dir / "status.json", status)
         except OSError:

@@ -7,8 +7,8 @@ as ``explicit``. Those are never changed; the plan is made around them (a user's
 sets how many samplers the plan needs, for example).
 
 The planned values that are fields of this version's ``TrainConfig`` are applied; a planned value
-the trainer has no setting for (``ring_capacity`` before the parallel mode defines one) stays in the
-plan as information, and the printed plan says so. The plan is saved as ``plan.json`` in the run
+the trainer has no setting for (``ring_capacity``: the parallel mode sizes rings from its pacing) stays
+in the plan as information, and the printed plan says so. The plan is saved as ``plan.json`` in the run
 folder by :func:`save_plan` (``spreeze_like.train`` calls it once the folder exists).
 """
 
@@ -39,7 +39,7 @@ def apply_plan(config: TrainConfig, plan: Plan) -> TrainConfig:
     values = {k: c.value for k, c in plan.choices.items() if c.source == "plan" and k in names}
     for name in plan.choices:
         if name not in names:
-            note = f"{name} is planned for information only: this version's trainer has no --{name.replace('_', '-')}"
+            note = f"{name} is for information: the trainer has no --{name.replace('_', '-')}, it sizes this itself"
             if note not in plan.notes:
                 plan.notes.append(note)
     return dataclasses.replace(config, **values)
@@ -47,7 +47,7 @@ def apply_plan(config: TrainConfig, plan: Plan) -> TrainConfig:
 
 def parallel_mode_available() -> bool:
     """Whether ``spreeze_like.supervisor`` (the multi-process mode) is built."""
-    from spreeze_like.train import parallel_entry
+    from spreeze_like.training import parallel_entry
 
     return parallel_entry() is not None
 

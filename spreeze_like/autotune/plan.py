@@ -10,8 +10,13 @@ The rules, in the order they are applied:
 1. **Devices.** Rank the devices by their best measured critic update frames/s. Two or more GPUs:
    critic on the fastest (its update costs about twice the actor's), actor on the next. One GPU
    faster than the CPU: both learners on it. Otherwise the CPU.
-2. **Mode.** A parallel run keeps at least 1 sampler and 2 learners busy. With fewer usable cores
-   than that (or no parallel mode built) the serial mode runs every role in one process.
+2. **Mode.** Both modes are planned in full (rules 3-5) and the one with the higher expected update
+   frames/s wins. Busy processes never exceed the cores: each learner is busy; a sampler is paced
+   to the learners (the parallel mode's UTD pacing), so it uses only its duty cycle -- the steps/s
+   the learners need over the steps/s it can make -- and counts as busy from half a core up; the
+   supervisor, monitor and evaluator are mostly idle. Expected rates shrink in proportion when the
+   expected CPU work exceeds the cores. (On the 2-core development machine 1 sampler needs ~2% of
+   a core beside two CPU learners: the parallel mode is expected at ~1.9x the serial update rate.)
 3. **Batch size**, from the critic device's measured curve (points within 80% of the GPU's memory,
    at most 8192): double the batch while a doubling buys at least 1.5x the update frames/s, i.e.
    costs at most a quarter of the update rate. On a GPU the update time is flat until the device
@@ -20,17 +25,17 @@ The rules, in the order they are applied:
    batch keeps growing while the critic still keeps up with them: the learner would idle otherwise.
 4. **Samplers** so that their measured rate matches what the critic consumes at the target UTD
    (``updates/s / utd``), within the cores left after the learners. **Envs per sampler**: the
-   smallest count within 5% of the fastest measured sampler loop.
+   fewest that cost nothing measurable (serial: within 5% of the best time per step including the
+   updates; parallel: no more sampler processes needed than with the fastest count).
 5. **Threads.** Samplers and GPU learners 1. A CPU learner gets the cores nobody else uses, but only
    if the all-cores curve measured faster than 1 thread (oversubscribed threads are slower).
 6. **Replay** as large as the run needs (``total_steps``, at most the configured size) and as fits
    in half of the free memory (/dev/shm for the parallel mode) after the processes' own memory.
-   **Rings** hold about a quarter second of a sampler's output (power of two, 1024..65536 rows).
+   **Rings**: the size the parallel mode derives from its pacing lead, counted in the memory.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import math
 from collections.abc import Collection
@@ -46,8 +51,6 @@ GPU_MEMORY_FRACTION = 0.8
 MEMORY_FRACTION = 0.5
 PROCESS_BYTES = 600 * 2**20  # resident memory of one process with torch and an env loaded
 THREAD_GAIN = 1.10
-RING_SECONDS = 0.25
-RING_MIN, RING_MAX = 1024, 65536
 PARALLEL_LEARNERS = 2  # critic learner + actor learner: busy processes
 PARALLEL_IDLE = 3  # supervisor, monitor, evaluator: mostly idle, but they take memory
 PLANNED_FIELDS = ("serial", "actor_device", "critic_device", "batch_size", "samplers", "envs_per_sampler",
@@ -174,9 +177,8 @@ def make_plan(probes: ProbeResults, config: Any, explicit: Collection[str] = (),
         ConfigError: a device the user named that the machine does not have.
     """
     explicit = set(explicit)
-    hw, env = probes.hardware, probes.env
+    hw = probes.hardware
     plan = Plan(env_id=probes.env_id, fingerprint=probes.fingerprint)
-    cores = hw.usable_cores
     gpus = {g.device: g for g in hw.gpus}
     mine = {name for name in PLANNED_FIELDS if name in explicit}
 
@@ -212,84 +214,138 @@ def make_plan(probes: ProbeResults, config: Any, explicit: Collection[str] = (),
     actor_dev = _check_device(choose("actor_device", actor_dev, why_a), probes, "actor-device")
     critic_dev = _check_device(choose("critic_device", critic_dev, why), probes, "critic-device")
 
-    # 2. mode --------------------------------------------------------------------------------------------
-    min_busy = 1 + PARALLEL_LEARNERS
-    if not parallel_available:
-        serial = choose("serial", True, "the parallel mode is not built in this version")
-    elif cores < min_busy:
-        serial = choose("serial", True, f"a parallel run keeps >= {min_busy} processes busy (1 sampler + 2 learners) "
-                                        f"and {cores} core(s) are usable: one process wastes no core on contention")
+    # 2-5. the layout: each mode planned in full, then the faster one -------------------------------------
+    ctx = _Ctx(probes, config, mine, critic_dev, actor_dev)
+    if "serial" in mine:
+        layout = _layout(ctx, bool(config.serial))
+        layout.choices["serial"] = (bool(config.serial), "")
+    elif not parallel_available:
+        layout = _layout(ctx, True)
+        layout.choices["serial"] = (True, "the parallel mode is not built in this version")
     else:
-        serial = choose("serial", False, f"{cores} usable cores hold the samplers and both learners")
+        serial_layout, parallel_layout = _layout(ctx, True), _layout(ctx, False)
+        s_hz, p_hz = serial_layout.predicted["update_frames_hz"], parallel_layout.predicted["update_frames_hz"]
+        if parallel_layout.violation:
+            layout, why = serial_layout, f"parallel would break a rule ({parallel_layout.violation})"
+        elif p_hz >= s_hz:
+            layout, why = parallel_layout, (f"expected {p_hz:,.0f} update frames/s in parallel vs {s_hz:,.0f} in one "
+                                            f"process ({parallel_layout.busy_note})")
+        else:
+            layout, why = serial_layout, f"expected {s_hz:,.0f} update frames/s in one process vs {p_hz:,.0f} in parallel"
+        layout.choices["serial"] = (layout.serial, why)
+    for name in ("serial", "batch_size", "envs_per_sampler", "samplers", "torch_threads"):
+        value, reason = layout.choices[name]
+        choose(name, value, reason)
+    plan.predicted = layout.predicted
+    plan.notes += layout.notes
 
-    # 4a. what one sampler delivers at its fastest (the envs per sampler are settled below) ------------------------
-    best_n = env.best_envs_per_sampler()
-    per_sampler = env.per_sampler.get(best_n) or env.step_with_policy
+    # 6. memory: replay and rings -------------------------------------------------------------------------------
+    _plan_memory(plan, probes, config, choose, int(plan.value("samplers")), bool(plan.value("serial")))
+    plan.estimates = probes.estimates()
+    return plan
+
+
+@dataclass
+class _Ctx:
+    """What every layout needs: the probes, the config, the user's fields and the devices."""
+
+    probes: ProbeResults
+    config: Any
+    mine: set[str]
+    critic_dev: str
+    actor_dev: str
+
+    def fixed(self, name: str, planned: Any) -> Any:
+        return getattr(self.config, name) if name in self.mine else planned
+
+
+@dataclass
+class _Layout:
+    """One mode's settings (value, reason) and its predicted rates."""
+
+    serial: bool
+    choices: dict[str, tuple[Any, str]] = field(default_factory=dict)
+    predicted: dict[str, float] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    violation: str = ""  # a rule this layout breaks (only possible when the user fixed a setting)
+    busy_note: str = ""
+
+
+def _layout(ctx: _Ctx, serial: bool) -> _Layout:
+    """Batch, envs per sampler, samplers and threads for one mode (steps 3-5 of the module docstring)."""
+    probes, config = ctx.probes, ctx.config
+    hw, env = probes.hardware, probes.env
+    cores, utd = hw.usable_cores, float(config.utd)
+    delay = config.policy_delay or (2 if config.algo == "td3" else 1)
+    out = _Layout(serial)
+    gpus = {g.device: g for g in hw.gpus}
+    cpu_learners = sum(d == "cpu" for d in (ctx.critic_dev, ctx.actor_dev))
+    best_sampler = env.per_sampler.get(env.best_envs_per_sampler()) or env.step_with_policy
     max_samplers = max(1, cores - PARALLEL_LEARNERS)
 
-    # 5a. serial mode: the one process may use every core (decided first: it picks the curve) --------------------
-    cpu_learners = sum(d == "cpu" for d in (critic_dev, actor_dev))
-    threads = 1
-    thread_reason = "learners on GPUs: their CPU side only launches kernels" if not cpu_learners else ""
+    # threads of a serial CPU learner are settled first: they pick the curve the batch is read from
+    threads, thread_reason = 1, "learners on GPUs: their CPU side only launches kernels"
     if serial and cpu_learners:
         threads, thread_reason = _learner_threads(probes, cores, cores - 1, 1)
-    if "torch_threads" in mine:
-        threads = int(config.torch_threads)
-    curve = probes.curve(critic_dev, threads if critic_dev == "cpu" else None) or probes.curve(critic_dev)
+    threads = ctx.fixed("torch_threads", threads)
+    dev = ctx.critic_dev
+    curve = probes.curve(dev, threads if dev == "cpu" else None) or probes.curve(dev)
     if curve is None or not curve.points:
-        raise ConfigError(f"no update rates were measured on {critic_dev}; rerun with --reprobe")
+        raise ConfigError(f"no update rates were measured on {dev}; rerun with --reprobe")
 
-    # 3. batch size ----------------------------------------------------------------------------------------------
-    memory_total = gpus[critic_dev].total_memory if critic_dev in gpus else 0
+    # 3. batch size
+    memory_total = gpus[dev].total_memory if dev in gpus else 0
     points = _allowed_points(curve, memory_total) or curve.points[:1]
     knee, evidence = knee_batch(points, serial)
-    chosen, reason = knee, f"{critic_dev}: {evidence}"
-    utd = float(config.utd)
+    chosen, reason = knee, f"{dev}: {evidence}"
     if not serial:
-        feed = max_samplers * per_sampler.value * utd  # critic updates/s the samplers can support
+        feed = max_samplers * best_sampler.value * utd  # critic updates/s the samplers can support
         fed = [p for p in points if p.batch_size > knee.batch_size and p.critic.value >= feed]
         if knee.critic.value > feed and fed:
             chosen = fed[-1]
-            reason = (f"{critic_dev}: {max_samplers} sampler(s) feed at most {feed:,.0f} critic updates/s at UTD "
-                      f"{utd:g}; batch {chosen.batch_size} still does {chosen.critic.value:,.0f}/s, so the larger "
-                      f"batch costs no update rate (knee alone: {knee.batch_size})")
-    batch = choose("batch_size", chosen.batch_size, reason)
+            reason = (f"{dev}: {max_samplers} sampler(s) feed at most {feed:,.0f} critic updates/s at UTD {utd:g}; "
+                      f"batch {chosen.batch_size} still does {chosen.critic.value:,.0f}/s, so the larger batch costs "
+                      f"no update rate (knee alone: {knee.batch_size})")
+    batch = ctx.fixed("batch_size", chosen.batch_size)
+    out.choices["batch_size"] = (batch, reason)
     point = curve.point(batch) or _nearest(curve, batch)
-    if critic_dev == actor_dev and critic_dev != "cpu":
-        # both learners take turns on one GPU: the critic gets the device between the actor's updates
-        point = dataclasses.replace(point, critic=dataclasses.replace(point.critic, value=point.serial_rate))
-        plan.notes.append(f"both learners share {critic_dev}: expected critic rate is the measured update-pair rate")
     if memory_total and batch > max(p.batch_size for p in curve.points):
-        plan.notes.append(f"batch {batch} is beyond the largest size measured on {critic_dev}; it may not fit")
+        out.notes.append(f"batch {batch} is beyond the largest size measured on {dev}; it may not fit")
     elif memory_total and point.peak_memory > GPU_MEMORY_FRACTION * memory_total:
-        plan.notes.append(f"batch {batch} needs about {point.peak_memory / 2**30:.1f} GiB on {critic_dev} "
-                          f"({memory_total / 2**30:.1f} GiB total)")
+        out.notes.append(f"batch {batch} needs about {point.peak_memory / 2**30:.1f} GiB on {dev} "
+                         f"({memory_total / 2**30:.1f} GiB total)")
+    critic_hz = point.critic.value
+    if not serial and ctx.critic_dev == ctx.actor_dev and dev != "cpu":
+        # both learners take turns on one GPU: the critic gets the device between the actor's updates
+        critic_hz = 1.0 / (1.0 / point.critic.value + 1.0 / (delay * point.actor.value))
+        out.notes.append(f"both learners share {dev}: the expected critic rate counts the actor's turns")
+    elif not serial:
+        critic_hz = min(critic_hz, delay * point.actor.value)  # the critic waits for a slower actor (pacing)
 
-    # 4b. envs per sampler and samplers ------------------------------------------------------------------------
+    # 4. envs per sampler, samplers
     n_envs, n_reason = _envs_per_sampler(env, point, utd, serial, max_samplers, config)
-    n_envs = choose("envs_per_sampler", n_envs, n_reason)
-    per_sampler = env.per_sampler.get(n_envs) or per_sampler
+    n_envs = ctx.fixed("envs_per_sampler", n_envs)
+    out.choices["envs_per_sampler"] = (n_envs, n_reason)
+    sampler_hz = (env.per_sampler.get(n_envs) or best_sampler).value
     if serial:
-        samplers = choose("samplers", 1, "serial mode steps its samplers in turn in one process: more only adds envs")
+        samplers = ctx.fixed("samplers", 1)
+        out.choices["samplers"] = (samplers, "serial mode steps its samplers in turn in one process: more only adds envs")
     else:
-        need = point.critic.value / utd
-        want = max(1, math.ceil(need / per_sampler.value))
-        samplers = choose("samplers", min(want, max_samplers),
-                          f"critic consumes {need:,.0f} env steps/s at UTD {utd:g}, one sampler makes "
-                          f"{per_sampler.value:,.0f}/s; cores allow {max_samplers}")
-        # 5b. parallel mode: cores the samplers do not need go to CPU learners, if more threads measured faster
-        spare = cores - samplers - PARALLEL_LEARNERS
-        if cpu_learners and spare > 0:
-            threads, thread_reason = _learner_threads(probes, cores, spare, cpu_learners)
-        elif cpu_learners:
-            thread_reason = "one thread each: samplers and learners already fill the cores"
-    threads = choose("torch_threads", threads, thread_reason)
-    _predict(plan, point, per_sampler.value, samplers, utd, serial, threads, cpu_learners, cores, config)
-
-    # 6. memory: replay and rings -------------------------------------------------------------------------------
-    _plan_memory(plan, probes, config, choose, samplers, serial, per_sampler.value * samplers)
-    plan.estimates = probes.estimates()
-    return plan
+        need = critic_hz / utd
+        samplers = ctx.fixed("samplers", max(1, min(math.ceil(need / sampler_hz), max_samplers)))
+        why = (f"critic consumes {need:,.0f} env steps/s at UTD {utd:g}, one sampler makes {sampler_hz:,.0f}/s; "
+               f"cores allow {max_samplers}")
+        out.choices["samplers"] = (samplers, why)
+    # 5. threads of parallel CPU learners: the cores the samplers leave, if more threads measured faster
+    if not serial and cpu_learners:
+        duty = min(1.0, critic_hz / utd / (samplers * sampler_hz))
+        spare = int(cores - PARALLEL_LEARNERS - math.ceil(samplers * duty))
+        threads, thread_reason = ((1, "one thread each: samplers and learners already fill the cores") if spare <= 0
+                                  else _learner_threads(probes, cores, spare, cpu_learners))
+        threads = ctx.fixed("torch_threads", threads)
+    out.choices["torch_threads"] = (threads, thread_reason)
+    _predict(out, point, critic_hz, sampler_hz, samplers, utd, threads, cpu_learners, cores, delay)
+    return out
 
 
 def _nearest(curve: UpdateCurve, batch: int) -> UpdatePoint:
@@ -341,34 +397,44 @@ def _learner_threads(probes: ProbeResults, cores: int, spare: int, cpu_learners:
     return threads, f"{cores} threads measured {gain:.2f}x one thread over {b}; {spare} core(s) are spare"
 
 
-def _predict(plan: Plan, point: UpdatePoint, sampler_hz: float, samplers: int, utd: float, serial: bool,
-             threads: int, cpu_learners: int, cores: int, config: Any) -> None:
-    """Expected rates of the plan (1-thread update rates: a conservative figure when threads > 1)."""
-    delay = config.policy_delay or (2 if config.algo == "td3" else 1)
-    if serial:
+def _predict(out: _Layout, point: UpdatePoint, critic_hz: float, sampler_hz: float, samplers: int, utd: float,
+             threads: int, cpu_learners: int, cores: int, delay: int) -> None:
+    """Expected rates of a layout, CPU contention included.
+
+    Serial: one env step and its updates in turn. Parallel: the critic's rate, capped by what the
+    samplers deliver; a sampler paced to the learners uses only its duty cycle (needed steps/s over
+    the steps/s it can make) of a core, so it counts as busy only from half a core up. When the
+    expected CPU demand exceeds the cores, every rate shrinks in proportion.
+    """
+    if out.serial:
         per_step = 1.0 / sampler_hz + utd * (1.0 / point.critic.value + 1.0 / (delay * point.actor.value))
-        sample_hz = 1.0 / per_step
-        update_hz = sample_hz * utd
-        busy = 1
+        update_hz = utd / per_step
+        demand, busy = float(threads), 1
     else:
-        update_hz = min(point.critic.value, samplers * sampler_hz * utd)
-        sample_hz = update_hz / utd
-        busy = samplers + PARALLEL_LEARNERS
-    busy_cores = busy + (threads - 1) * (1 if serial else cpu_learners)
-    plan.predicted = {"sample_hz": sample_hz, "update_hz": update_hz, "update_frames_hz": update_hz * point.batch_size,
-                      "busy_processes": float(busy), "busy_cores": float(busy_cores), "cores": float(cores)}
-    if busy_cores > cores:
-        plan.notes.append(f"{busy_cores} busy cores' worth of work on {cores} core(s): these settings oversubscribe "
-                          "the CPU")
+        update_hz = min(critic_hz, samplers * sampler_hz * utd)
+        duty = min(1.0, update_hz / utd / (samplers * sampler_hz))
+        learner_cores = cpu_learners * threads + (PARALLEL_LEARNERS - cpu_learners)  # a GPU learner's launcher: 1
+        demand = learner_cores + samplers * duty
+        busy = PARALLEL_LEARNERS + (samplers if duty >= 0.5 else 0)
+        update_hz *= min(1.0, cores / demand)
+        out.busy_note = (f"{samplers} sampler(s) at {duty:.0%} of a core each beside {PARALLEL_LEARNERS} learners: "
+                         f"{demand:.2f} cores of work on {cores}")
+        if busy > cores:
+            out.violation = f"{busy} busy processes on {cores} core(s)"
+    out.predicted = {"sample_hz": update_hz / utd, "update_hz": update_hz, "update_frames_hz": update_hz * point.batch_size,
+                     "busy_processes": float(busy), "cpu_demand": demand, "cores": float(cores)}
 
 
-def _plan_memory(plan: Plan, probes: ProbeResults, config: Any, choose: Any, samplers: int, serial: bool,
-                 sample_hz: float) -> None:
+def _plan_memory(plan: Plan, probes: ProbeResults, config: Any, choose: Any, samplers: int, serial: bool) -> None:
     hw, env = probes.hardware, probes.env
     width = 2 * env.obs_dim + env.act_dim + 3
-    ring = RING_MIN
-    while ring < RING_SECONDS * sample_hz / max(samplers, 1) and ring < RING_MAX:
-        ring *= 2
+    # the parallel mode sizes rings from its pacing lead (how far samplers may run ahead of the
+    # learners); the plan reports that size and counts its memory rather than inventing another
+    from spreeze_like.procs import pacing
+
+    n_envs = int(plan.choices["envs_per_sampler"].value)
+    lead = pacing.default_lead(samplers, n_envs)
+    ring = pacing.ring_capacity(lead, n_envs)
     ring_bytes = 0 if serial else samplers * ring * width * 4
     processes = 1 if serial else samplers + PARALLEL_LEARNERS + PARALLEL_IDLE
     free = hw.memory_available if serial else min(hw.memory_available, hw.shm_free or hw.memory_available)
@@ -393,5 +459,5 @@ def _plan_memory(plan: Plan, probes: ProbeResults, config: Any, choose: Any, sam
     if serial:
         choose("ring_capacity", 0, "serial mode uses no rings")
     else:
-        choose("ring_capacity", ring, f"about {RING_SECONDS} s of one sampler's {sample_hz / max(samplers, 1):,.0f} "
-                                      f"steps/s ({ring * width * 4 / 2**10:,.0f} KiB each)")
+        choose("ring_capacity", ring, f"what the parallel mode sizes itself: a power of two above twice the pacing "
+                                      f"lead of {lead} transitions ({ring * width * 4 / 2**10:,.0f} KiB per sampler)")

@@ -14,8 +14,8 @@ update curves          the rest    the probe worker: CPU at 1 thread, CPU at all
                                    and each GPU; GPUs weigh twice the CPU curves when present
 =====================  ==========  ==============================================================
 
-This process never imports a CUDA context: GPUs are listed by a subprocess and measured by the
-worker. :func:`probe_machine` runs the probes; :func:`load_or_probe` returns the cached results
+This process never imports torch, let alone a CUDA context: GPUs are listed by a subprocess and
+measured by the worker. :func:`probe_machine` runs the probes; :func:`load_or_probe` returns the cached results
 for this machine and env when they exist (``reprobe=True`` refreshes them).
 """
 
@@ -97,7 +97,6 @@ def probe_machine(
         spreeze_like.errors.EnvError: the env cannot be made.
         spreeze_like.errors.ConfigError: a device that does not exist, or a budget below 0.5 s.
     """
-    from spreeze_like.algos.base import AlgoSpec
     from spreeze_like.envs import env_info
     from spreeze_like.transition import TransitionLayout
 
@@ -117,7 +116,7 @@ def probe_machine(
     width = TransitionLayout(info.obs_dim, info.act_dim).width
     ring = ring_rate(width, 0.05 * budget_s, memcpy)
     progress(f"ring ({width} floats per transition, 256 per write): {ring.text()}")
-    spec = AlgoSpec(algo=algo, obs_dim=info.obs_dim, act_dim=info.act_dim, hidden_sizes=tuple(hidden_sizes))
+    spec = {"algo": algo, "obs_dim": info.obs_dim, "act_dim": info.act_dim, "hidden_sizes": tuple(hidden_sizes)}
     update_budget = 0.78 * budget_s
     env, curves = run_worker(env_id, spec, 0.15 * budget_s, curve_jobs(devices, hw, update_budget), progress,
                              hard_timeout_s=3 * budget_s + 180)

@@ -23,7 +23,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from spreeze_like.algos.base import AlgoSpec
 from spreeze_like.autotune.results import EnvRates, UpdateCurve, _build
 
 
@@ -42,18 +41,20 @@ class ProbeWorkerError(RuntimeError):
     """The worker process failed (its traceback is the message)."""
 
 
-def _worker_main(parent_pid: int, out: Any, env_id: str, spec: AlgoSpec, env_budget_s: float,
+def _worker_main(parent_pid: int, out: Any, env_id: str, spec_fields: dict[str, Any], env_budget_s: float,
                  jobs: list[CurveJob]) -> None:
     from spreeze_like.ipc import child_setup
 
     child_setup(parent_pid)
     try:
+        from spreeze_like.algos.base import AlgoSpec
         from spreeze_like.autotune.env_probe import probe_env
         from spreeze_like.autotune.update_probe import probe_updates
 
         def progress(line: str) -> None:
             out.put(("progress", line))
 
+        spec = AlgoSpec(**spec_fields)
         env = probe_env(env_id, spec, env_budget_s, progress)
         out.put(("env", dataclasses.asdict(env)))
         for job in jobs:
@@ -68,7 +69,7 @@ def _worker_main(parent_pid: int, out: Any, env_id: str, spec: AlgoSpec, env_bud
 
 def run_worker(
     env_id: str,
-    spec: AlgoSpec,
+    spec_fields: dict[str, Any],
     env_budget_s: float,
     jobs: list[CurveJob],
     progress: Callable[[str], None],
@@ -76,12 +77,15 @@ def run_worker(
 ) -> tuple[EnvRates, list[UpdateCurve]]:
     """Run the env probe and every curve job in a spawned worker; relay its progress lines.
 
+    ``spec_fields`` are the :class:`~spreeze_like.algos.base.AlgoSpec` arguments: the worker builds
+    the spec itself, so this process never imports torch.
+
     Raises:
         ProbeWorkerError: the worker raised, died, or ran past ``hard_timeout_s``.
     """
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    proc = ctx.Process(target=_worker_main, args=(os.getpid(), out, env_id, spec, env_budget_s, jobs),
+    proc = ctx.Process(target=_worker_main, args=(os.getpid(), out, env_id, spec_fields, env_budget_s, jobs),
                        name="spz-probe-worker", daemon=True)
     env: EnvRates | None = None
     curves: list[UpdateCurve] = []

@@ -11,8 +11,9 @@ as its weights source and its stats row as its stats writer:
 Each result is appended as one JSON line to ``<run_dir>/evals.jsonl`` (env step, mean return, every
 episode's return and length, the actor version evaluated); the supervisor reads it for the run's
 result and the checkpoint's evaluation history, the monitor gets ``eval/episodic_return`` from the
-stats row. It runs at a lower scheduling priority (nice +5): an evaluation is worth less than a
-learner's update on a machine with few cores. Creates nothing shared; the supervisor restarts it
+stats row. It runs at normal priority: an evaluation is a short burst (one batched forward per
+step for all episodes), and a niced evaluator starves on a loaded machine, where the final
+evaluation is on the run's critical path. Creates nothing shared; the supervisor restarts it
 with back-off if it dies.
 """
 
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from pathlib import Path
 
@@ -31,15 +31,6 @@ from spreeze_like.procs.segments import Attached
 from spreeze_like.roles.evaluator import EvalResult, Evaluator
 
 EVALS_FILE = "evals.jsonl"
-BACKGROUND_NICE = 5
-
-
-def lower_priority() -> None:
-    """Be the process the OS slows down first when cores are scarce (best effort)."""
-    try:
-        os.nice(BACKGROUND_NICE)
-    except OSError:
-        pass
 
 
 def append_result(run_dir: str | Path, result: EvalResult) -> None:
@@ -66,7 +57,6 @@ def read_results(run_dir: str | Path) -> list[dict]:
 
 def run(args: ChildArgs) -> None:
     """Process body (called by :func:`spreeze_like.procs.control.child_main`)."""
-    lower_priority()
     cfg = args.config
     info = env_info(cfg.env)
     spec = AlgoSpec.from_config(cfg, info.obs_dim, info.act_dim)
@@ -97,8 +87,9 @@ def run(args: ChildArgs) -> None:
                     ack = request
                     row.set("eval_ack", float(request))
                     continue
-                if phase == RUN and global_step() >= next_eval:
-                    step = global_step()
+                step = global_step()
+                # at the last step the supervisor asks for the final evaluation itself (one, not two)
+                if phase == RUN and next_eval <= step < cfg.total_steps:
                     append_result(args.run_dir, evaluator.evaluate(step))
                     next_eval = (step // every + 1) * every
                     continue

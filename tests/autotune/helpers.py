@@ -21,15 +21,15 @@ def load(path: Path) -> ProbeResults:
     return ProbeResults.load(path)
 
 
-def seed_cache(xdg: Path, fixture: Path = REAL, env_id: str = "Pendulum-v1") -> Path:
-    """Put ``fixture`` where this machine's cache file for ``env_id`` (SAC, 256x256) would be."""
+def seed_cache(xdg: Path, fixture: Path = REAL, env_id: str = "Pendulum-v1", hidden: tuple[int, ...] = (256, 256)) -> Path:
+    """Put ``fixture`` where this machine's cache file for ``env_id`` (SAC, ``hidden``) would be."""
     from spreeze_like.autotune import hardware
     from spreeze_like.autotune.cache import cache_path
 
     old = os.environ.get("XDG_CACHE_HOME")
     os.environ["XDG_CACHE_HOME"] = str(xdg)
     try:
-        path = cache_path(hardware.fingerprint(), env_id, "sac", (256, 256))
+        path = cache_path(hardware.fingerprint(), env_id, "sac", hidden)
     finally:
         if old is None:
             del os.environ["XDG_CACHE_HOME"]
