@@ -97,8 +97,11 @@ class TrainConfig:
     resume: str = _f("", "continue the run in this run folder from its newest checkpoint", metavar="RUN_DIR")
     # --- process layout ----------------------------------------------------------------------------
     serial: bool = _f(False, "run every role in this one process (debugging, determinism, baseline)")
-    autotune: bool = _f(False, "measure this machine and choose samplers/batch/devices (not available yet)")
-    plan_only: bool = _f(False, "with --autotune: print and save the plan, do not train (not available yet)")
+    autotune: bool = _f(False, "measure this machine (cached) and plan samplers, batch, devices, threads, buffers; "
+                               "flags you set win")
+    plan_only: bool = _f(False, "print the autotune plan and exit without training (implies --autotune)")
+    reprobe: bool = _f(False, "with --autotune: measure this machine again instead of using the cached probe results")
+    probe_budget: float = _f(60.0, "with --autotune: seconds of measuring when probing (process start-ups add a few)")
 
     # ------------------------------------------------------------------------------------------------
     def validate(self) -> TrainConfig:
@@ -161,9 +164,8 @@ class TrainConfig:
                 raise bad(name, "use auto, cpu, cuda or cuda:N")
         if not isinstance(self.logdir, str) or not self.logdir:
             raise bad("logdir", "give a folder path")
-        if self.autotune or self.plan_only:
-            flag = "--autotune" if self.autotune else "--plan-only"
-            raise ConfigError(f"{flag} is not available yet; set --samplers, --batch-size and the devices yourself")
+        if not self.probe_budget >= 0.5:
+            raise bad("probe_budget", "must be >= 0.5 seconds (the probes need time to measure)")
         return self
 
     def resolve(self) -> TrainConfig:
@@ -321,6 +323,12 @@ def parse_cli(argv: list[str] | None = None) -> TrainConfig:
     On ``--resume RUN_DIR`` the saved ``RUN_DIR/config.json`` is the base, and only the flags typed
     now override it.
     """
+    return parse_cli_explicit(argv)[0]
+
+
+def parse_cli_explicit(argv: list[str] | None = None) -> tuple[TrainConfig, frozenset[str]]:
+    """:func:`parse_cli`, plus the names of the fields the user set: flags typed, ``--config`` keys and,
+    on ``--resume``, every saved setting (``--autotune`` never overrides any of them)."""
     ns = vars(build_parser().parse_args(sys.argv[1:] if argv is None else argv))
     config_file = ns.pop("config", None)
     merged: dict[str, Any] = {}
@@ -333,6 +341,7 @@ def parse_cli(argv: list[str] | None = None) -> TrainConfig:
         if not saved_path.is_file():
             raise ConfigError(f"--resume {resume}: no config.json there; give a run folder made by spreeze_like")
         merged.update(load_json_file(saved_path))
+    explicit = frozenset(merged) | frozenset(ns)
     merged.update(ns)
     merged["resume"] = resume or ""
-    return TrainConfig.from_dict(merged).validate()
+    return TrainConfig.from_dict(merged).validate(), explicit

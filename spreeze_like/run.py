@@ -3,7 +3,7 @@
 Every field of :class:`~spreeze_like.config.TrainConfig` is a flag (``--help`` lists them with
 their help lines and defaults). A bad input of any kind (flag value, env, logdir, checkpoint) ends
 with one ``error: ...`` line on stderr and exit status 2, no traceback. At the end it prints the
-final evaluation and the run folder.
+final evaluation and the run folder. ``--plan-only`` prints the autotune plan and exits 0.
 """
 
 from __future__ import annotations
@@ -15,13 +15,18 @@ from spreeze_like.errors import SpreezeError
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the process exit status."""
-    from spreeze_like.config import parse_cli
+    from spreeze_like.config import parse_cli_explicit
 
     try:
-        config = parse_cli(argv)
+        config, explicit = parse_cli_explicit(argv)
+        if config.plan_only:
+            from spreeze_like.autotune.apply import autotune
+
+            autotune(config, explicit)
+            return 0
         from spreeze_like.training import train
 
-        result = train(config)
+        result = train(config, explicit=explicit)
     except SpreezeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

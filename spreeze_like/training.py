@@ -7,17 +7,21 @@ It resolves the config (``auto`` devices and delays), prepares the run folder (n
 ``resume``), and runs either the serial mode or the parallel mode. The parallel mode lives in
 ``spreeze_like.supervisor.run_parallel(config, context)``; until that module exists a non-serial
 run falls back to the serial mode and says so in one line.
+
+With ``autotune`` the settings the user did not choose come from the autotuner's plan
+(``spreeze_like.autotune``), which is saved as ``plan.json`` in the run folder.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from spreeze_like.config import TrainConfig
 from spreeze_like.envs import env_info
+from spreeze_like.errors import ConfigError
 from spreeze_like.rundir import RunContext, prepare_run
 
 __all__ = ["TrainResult", "parallel_entry", "train"]
@@ -53,25 +57,45 @@ def parallel_entry() -> Callable[[TrainConfig, RunContext], TrainResult] | None:
 
 
 def train(
-    config: TrainConfig | None = None, print_fn: Callable[[str], None] = print, **overrides: object
+    config: TrainConfig | None = None,
+    print_fn: Callable[[str], None] = print,
+    explicit: Collection[str] | None = None,
+    **overrides: object,
 ) -> TrainResult:
     """Train an agent and return the final evaluation, run folder and counters.
 
     Args:
         config: the settings (default: ``TrainConfig()``, SAC on Pendulum-v1).
         print_fn: where progress lines go (``print`` by default).
+        explicit: with ``autotune``, the fields the user set (kept over the plan); fields off their
+            default and ``overrides`` always count as set.
         overrides: field values replacing those of ``config``, e.g. ``train(total_steps=5000)``.
 
     Raises:
         spreeze_like.errors.SpreezeError: any bad input (config, env, logdir, checkpoint), one line.
     """
-    config = dataclasses.replace(config or TrainConfig(), **overrides).resolve()  # type: ignore[arg-type]
+    config = dataclasses.replace(config or TrainConfig(), **overrides)  # type: ignore[arg-type]
+    plan = None
+    if config.plan_only:
+        raise ConfigError("plan_only trains nothing: run python -m spreeze_like.run --plan-only, or call "
+                          "spreeze_like.autotune.apply.autotune(config) for the plan")
+    if config.autotune and config.resume:
+        print_fn("[spreeze] --resume keeps the run's saved settings; the autotune plan is not applied again")
+    elif config.autotune:
+        from spreeze_like.autotune.apply import autotune
+
+        config, plan = autotune(config, set(explicit or ()) | set(overrides), print_fn)
+    config = config.resolve()
     env_info(config.env)  # a bad env fails here, before a run folder is created for it
     run = None if config.serial else parallel_entry()
     if run is None and not config.serial:
         print_fn("[spreeze] the parallel mode is not built yet; running every role in this process (--serial)")
         config = dataclasses.replace(config, serial=True)
     context = prepare_run(config)
+    if plan is not None:
+        from spreeze_like.autotune.apply import save_plan
+
+        save_plan(plan, context.run_dir)
     print_fn(
         f"[spreeze] {config.algo} on {config.env}, {'serial' if config.serial else 'parallel'} mode, "
         f"actor on {config.actor_device}, critic on {config.critic_device}; run folder {context.run_dir}"

@@ -1,7 +1,8 @@
 // Release/acquire publish on shared memory for the IPC layer (spreeze_like/ipc/).
 //
 // Python owns the segment layouts (offsets are passed in); this file owns the orderings:
-//   RingCore   SPSC ring of fixed-size float32 records: one call copies a batch and publishes it.
+//   RingCore   SPSC ring of fixed-size float32 records: one call copies a batch and publishes it;
+//              a full (writer) or empty (reader) side sleeps on a futex doorbell, not a poll loop.
 //   BoardCore  double-buffered seqlock for a flat float32 vector (weight boards).
 //   load_u64 / store_u64 / fetch_add_u64 / fences: single words, for headers and tests.
 // The hot calls (RingCore.push / pop_into) take the array as a plain object and use the buffer
@@ -120,11 +121,16 @@ class RingCore {
            uint64_t capacity, uint64_t record_bytes)
       : seg_(segment) {
     if (capacity == 0 || record_bytes == 0) throw py::value_error("ring capacity and record size must be > 0");
-    seg_.check(write_seq_off, 8, 8, "write_seq");
-    seg_.check(read_seq_off, 8, 8, "read_seq");
     seg_.check(data_off, capacity * record_bytes, 4, "ring data");
+    seg_.check(write_seq_off, 24, 8, "writer's header line");
+    seg_.check(read_seq_off, 16, 8, "reader's header line");
     ring_ = RingView{atomic_at(seg_.base(), write_seq_off), atomic_at(seg_.base(), read_seq_off),
                      seg_.base() + data_off, capacity, record_bytes};
+    // Each side's line: its counter (u64 +0), its doorbell (u32 +8), the *other* side's waiting
+    // flag (u32 +12, so the publisher's check reads its own line); the writer's end flag (u64 +16).
+    to_reader_ = Doorbell{atomic32_at(seg_.base(), write_seq_off + 8), atomic32_at(seg_.base(), write_seq_off + 12)};
+    to_writer_ = Doorbell{atomic32_at(seg_.base(), read_seq_off + 8), atomic32_at(seg_.base(), read_seq_off + 12)};
+    closed_ = atomic_at(seg_.base(), write_seq_off + 16);
     // A (re)attached side continues from the published counters: a restarted writer never reuses
     // a sequence number, and records it had copied but not published are simply overwritten.
     local_w_ = ring_.write_seq->load(std::memory_order_acquire);
@@ -165,6 +171,7 @@ class RingCore {
       throw py::value_error("release(" + std::to_string(n) + ") exceeds the records available");
     local_r_ += n;
     ring_.read_seq->store(local_r_, std::memory_order_release);
+    to_writer_.notify();
   }
 
   // Reader: copy up to len(dst) records into dst and release them; returns how many.
@@ -177,6 +184,40 @@ class RingCore {
     rec = RecordsArg{buf.ptr(), count_records(buf.view(), ring_.record_bytes, "out")};
     return pop_raw(rec, true);
   }
+
+  // Writer: sleep until `n` slots are free (at most the capacity) or timeout_s passes; true if free.
+  bool wait_space(uint64_t n, double timeout_s) {
+    const uint64_t need = n < ring_.capacity ? n : ring_.capacity;
+    py::gil_scoped_release nogil;
+    return to_writer_.wait(
+        [&] {
+          cached_r_ = ring_.read_seq->load(std::memory_order_acquire);
+          return ring_.capacity - (local_w_ - cached_r_) >= need;
+        },
+        timeout_s);
+  }
+
+  // Reader: sleep until a record is published or the writer closed the stream; returns available().
+  uint64_t wait_data(double timeout_s) {
+    {
+      py::gil_scoped_release nogil;
+      to_reader_.wait(
+          [&] {
+            return ring_.write_seq->load(std::memory_order_acquire) != local_r_ ||
+                   closed_->load(std::memory_order_acquire) != 0;
+          },
+          timeout_s);
+    }
+    return available();
+  }
+
+  // Writer: set or clear the end-of-stream flag (release) and wake a sleeping reader.
+  void set_closed(bool closed) {
+    closed_->store(closed ? 1 : 0, std::memory_order_release);
+    to_reader_.notify();
+  }
+
+  bool closed() const { return closed_->load(std::memory_order_acquire) != 0; }
 
   uint64_t write_seq() const { return ring_.write_seq->load(std::memory_order_acquire); }
   uint64_t read_seq() const { return ring_.read_seq->load(std::memory_order_acquire); }
@@ -201,6 +242,7 @@ class RingCore {
     }
     local_w_ += k;
     ring_.write_seq->store(local_w_, std::memory_order_release);
+    to_reader_.notify();
     return want - k;
   }
 
@@ -216,11 +258,14 @@ class RingCore {
     }
     local_r_ += k;
     ring_.read_seq->store(local_r_, std::memory_order_release);
+    to_writer_.notify();
     return k;
   }
 
   HeldSegment seg_;
   RingView ring_{};
+  Doorbell to_reader_{}, to_writer_{};
+  std::atomic<uint64_t>* closed_ = nullptr;
   uint64_t local_w_ = 0, cached_r_ = 0;  // writer side
   uint64_t local_r_ = 0, cached_w_ = 0;  // reader side
 };
@@ -307,6 +352,12 @@ void register_atomics(py::module_& m) {
       .def("peek", &RingCore::peek, "Reader: (slot of next record, records readable contiguously).")
       .def("release", &RingCore::release, py::arg("n"), "Reader: free n records for the writer (release).")
       .def("pop_into", &RingCore::pop_into, py::arg("dst"), "Reader: copy up to len(dst) records, release them.")
+      .def("wait_space", &RingCore::wait_space, py::arg("n"), py::arg("timeout_s"),
+           "Writer: sleep (GIL released) until n slots are free or timeout; True if they are.")
+      .def("wait_data", &RingCore::wait_data, py::arg("timeout_s"),
+           "Reader: sleep (GIL released) until data or end of stream or timeout; returns available().")
+      .def("set_closed", &RingCore::set_closed, py::arg("closed"), "Writer: set the end-of-stream flag, wake reader.")
+      .def("closed", &RingCore::closed, "End-of-stream flag (acquire).")
       .def("write_seq", &RingCore::write_seq)
       .def("read_seq", &RingCore::read_seq);
 

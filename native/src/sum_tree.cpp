@@ -261,10 +261,9 @@ std::size_t KaryTree<K>::update_td(const std::int64_t* slots, const double* td, 
   std::vector<double> pr(n);
   for (std::size_t i = 0; i < n; ++i) {
     if (!std::isfinite(td[i])) throw std::invalid_argument(bad_priority(i, td[i], "TD error"));
-    const double base = std::fabs(td[i]) + eps;
-    pr[i] = alpha == 1.0 ? base : (alpha == 0.5 ? std::sqrt(base) : std::pow(base, alpha));
-    if (!std::isfinite(pr[i])) throw std::invalid_argument(bad_priority(i, pr[i], "priority (|td|+eps)^alpha"));
+    pr[i] = std::fabs(td[i]) + eps;
   }
+  priority_pow(pr.data(), alpha, pr.data(), n);
   return update(slots, pr.data(), n, expected, gens);
 }
 

@@ -19,7 +19,9 @@ Protocol (the orderings live in native code, ``native/include/spreeze/shm_seq.hp
 - The reader releases records by publishing ``read_seq`` (release) after it has copied them; the
   writer never overwrites a slot at or above ``read_seq``.
 - When the ring is full the writer waits (backpressure; nothing is ever dropped), checking that
-  the reader is alive and giving up after ``timeout`` with a one-line error. Each write that had to
+  the reader is alive and giving up after ``timeout`` with a one-line error. A waiting side
+  sleeps in the kernel on a futex doorbell in the header and the other side's publish wakes it:
+  no CPU burnt while waiting, microseconds of wake-up latency. Each write that had to
   wait counts once in ``full_waits`` (the ``ipc/ring_full_waits`` metric), its time in
   ``full_wait_s``.
 - A restarted writer attaches the same ring and continues from the published ``write_seq``;
@@ -46,10 +48,12 @@ MAGIC = 0x315A5053474E4952  # b"RINGSPZ1" little-endian
 LAYOUT_VERSION = 1
 # uint64 word indices in the header; one cache line per owner so the two sides never false-share.
 _MAGIC, _LAYOUT, _CREATOR, _CAPACITY, _WIDTH = 0, 1, 2, 3, 4  # line 0: constant after create
-_WRITE_SEQ_OFF = 1 * CACHE_LINE  # line 1: writer publishes (release)
-_READ_SEQ_OFF = 2 * CACHE_LINE  # line 2: reader publishes (release)
+# line 1, writer's: write_seq (u64, release), doorbell to the reader (u32), reader-is-sleeping flag
+# (u32), end-of-stream flag (u64, release). Line 2, reader's: read_seq, doorbell to the writer,
+# writer-is-sleeping flag. The native core derives the words after each counter from its offset.
+_WRITE_SEQ_OFF = 1 * CACHE_LINE
+_READ_SEQ_OFF = 2 * CACHE_LINE
 _WRITER_PID, _FULL_WAITS, _FULL_WAIT_NS = 24, 25, 26  # line 3: writer-owned, monitoring only
-_CLOSED_OFF = 27 * 8  # line 3: writer's end-of-stream flag (release/acquire)
 _READER_PID = 32  # line 4: reader-owned
 DATA_OFFSET = 8 * CACHE_LINE
 _PEER_CHECK_S = 0.05  # how often a waiting side checks that the other one is alive
@@ -85,7 +89,7 @@ class Ring:
         self._push = self._core.push if role == "writer" else self._not_writer
         if role == "writer":
             self._hdr[_WRITER_PID] = os.getpid()
-            _native.store_u64(seg.mmap, _CLOSED_OFF, 0)
+            self._core.set_closed(False)  # a restarted writer reopens the stream
         elif role == "reader":
             self._hdr[_READER_PID] = os.getpid()
 
@@ -158,35 +162,39 @@ class Ring:
         n = 1 if rows.ndim == 1 else len(rows)
         return n - self._push(rows)
 
+    def wait_writable(self, n: int = 1, timeout: float = 0.05) -> bool:
+        """Sleep until ``n`` slots are free (at most the capacity) or ``timeout`` passes; True if free.
+
+        No liveness check and no exception: the building block for a writer with its own stop
+        condition (``while not done: try_write; if stopping: break; wait_writable(...)``).
+        """
+        return self._core.wait_space(n, timeout)
+
     def close_writer(self) -> None:
         """Mark the end of the stream: the reader sees :attr:`writer_closed` once it has read everything."""
-        _native.store_u64(self._seg.mmap, _CLOSED_OFF, 1)
+        self._core.set_closed(True)
 
     def _wait_and_write(self, rows: np.ndarray, left: int, timeout: float | None) -> None:
         n = 1 if rows.ndim == 1 else len(rows)
         start = time.monotonic()
-        next_check = start + _PEER_CHECK_S
-        nap = 0.0
         while left:
-            now = time.monotonic()
-            if now >= next_check:
-                next_check = now + _PEER_CHECK_S
+            # Sleep on the reader's doorbell (no CPU, woken within microseconds of a release), for
+            # at most one liveness-check period at a time.
+            if not self._core.wait_space(left, _PEER_CHECK_S):
+                now = time.monotonic()
                 if not self._reader_alive():
                     self._count_wait(start)
                     raise PeerDeadError(
                         f"reader of ring {self.name} (pid {int(self._hdr[_READER_PID])}) died while the ring was "
                         f"full ({left} records not written); the run cannot go on: see that process's error above"
                     )
-            if timeout is not None and now - start > timeout:
-                self._count_wait(start)
-                raise TimeoutError(
-                    f"ring {self.name} stayed full for {timeout:.0f} s (reader pid {int(self._hdr[_READER_PID])} "
-                    "is alive but not reading); the reader is stuck or too slow: check its log or raise the timeout"
-                )
-            # Yield first (the reader may be one context switch away), then back off to 1 ms so a
-            # long full stretch costs no CPU.
-            time.sleep(nap)
-            nap = min(1e-3, max(2e-5, nap * 2))
+                if timeout is not None and now - start > timeout:
+                    self._count_wait(start)
+                    raise TimeoutError(
+                        f"ring {self.name} stayed full for {timeout:.0f} s (reader pid "
+                        f"{int(self._hdr[_READER_PID])} is alive but not reading); the reader is stuck or too "
+                        "slow: check its log or raise the timeout"
+                    )
             left = self._core.push_from(rows, n - left)
         self._count_wait(start)
 
@@ -238,29 +246,22 @@ class Ring:
             TimeoutError: Nothing arrived within ``timeout`` seconds.
         """
         start = time.monotonic()
-        next_check = start + _PEER_CHECK_S
-        nap = 0.0
         while True:
-            avail = self._core.available()
-            if avail or self.writer_closed:
+            avail = self._core.wait_data(_PEER_CHECK_S)  # sleeps on the writer's doorbell
+            if avail or self._core.closed():
                 return self._core.available()
-            now = time.monotonic()
-            if now >= next_check:
-                next_check = now + _PEER_CHECK_S
-                if not self._writer_alive() and not self._core.available() and not self.writer_closed:
-                    raise PeerDeadError(
-                        f"writer of ring {self.name} (pid {int(self._hdr[_WRITER_PID])}) died without closing it; "
-                        "the supervisor restarts samplers, or restart the run"
-                    )
-            if timeout is not None and now - start > timeout:
+            if not self._writer_alive() and not self._core.available() and not self._core.closed():
+                raise PeerDeadError(
+                    f"writer of ring {self.name} (pid {int(self._hdr[_WRITER_PID])}) died without closing it; "
+                    "the supervisor restarts samplers, or restart the run"
+                )
+            if timeout is not None and time.monotonic() - start > timeout:
                 raise TimeoutError(f"no record arrived in ring {self.name} for {timeout:.0f} s; is the sampler stuck?")
-            time.sleep(nap)
-            nap = min(1e-3, max(2e-5, nap * 2))
 
     @property
     def writer_closed(self) -> bool:
         """True once the writer called :meth:`close_writer` (records may still be unread)."""
-        return bool(_native.load_u64(self._seg.mmap, _CLOSED_OFF))
+        return self._core.closed()
 
     def _writer_alive(self) -> bool:
         if self._peer_alive is not None:

@@ -18,7 +18,9 @@ Concurrency protocol (enforced where it can be):
 * **One writer process.** The first :meth:`ReplayStorage.add` of a process claims the storage by
   writing its pid into the header (compare-and-swap); another live process calling ``add`` gets a
   ``RuntimeError``. A writer that died is replaced: its pid is taken over by the next process that
-  adds. Threads of the writing process must not call ``add`` concurrently.
+  adds (if the dead writer's pid was reused by an unrelated live process meanwhile, the claim fails
+  loudly rather than letting two writers share the storage). Threads of the writing process must
+  not call ``add`` concurrently.
 * **Per-slot seqlock.** The writer makes a slot's generation odd, writes the row, calls
   ``on_written(slots)`` (the prioritized sampler sets the new rows' priority there, under the sum
   tree's lock), then makes the generation even again and publishes the new cursor (release). A
@@ -125,6 +127,7 @@ class ReplayStorage:
         self.truncated: np.ndarray = views["truncated"]
         self.generations: np.ndarray = views["generation"]
         self.capacity, self.obs_dim, self.act_dim = int(capacity), int(obs_dim), int(act_dim)
+        self._gathered = (self.obs, self.action, self.reward, self.next_obs, self.terminated)
         self._buffer = buffer  # keep the exporter alive as long as the views
         self._pid = os.getpid()
         h = self._header
@@ -193,32 +196,27 @@ class ReplayStorage:
         n = obs2.shape[0]
         if not 0 < n <= self.capacity:
             raise ValueError(f"chunk of {n} transitions for a storage of capacity {self.capacity}; add 1..capacity")
+        prepared = [  # check every column before touching any slot
+            (self.obs, _column(obs2, (n, self.obs_dim), "obs")),
+            (self.action, _column(action, (n, self.act_dim), "action")),
+            (self.reward, _column(reward, (n,), "reward")),
+            (self.next_obs, _column(next_obs, (n, self.obs_dim), "next_obs")),
+            (self.terminated, _column(terminated, (n,), "terminated")),
+            (self.truncated, np.zeros(n, np.float32) if truncated is None else _column(truncated, (n,), "truncated")),
+        ]
         self._claim_writer()
         cursor = int(self._header[_H_CURSOR])  # only the writer moves it, so a plain read is exact
         start = cursor % self.capacity
-        slots = (np.arange(start, start + n, dtype=np.int64)) % self.capacity
-        columns = (
-            (self.obs, obs2, (n, self.obs_dim), "obs"),
-            (self.action, action, (n, self.act_dim), "action"),
-            (self.reward, reward, (n,), "reward"),
-            (self.next_obs, next_obs, (n, self.obs_dim), "next_obs"),
-            (self.terminated, terminated, (n,), "terminated"),
-            (self.truncated, 0.0 if truncated is None else truncated, (n,), "truncated"),
-        )
-        prepared = []
-        for dst, src, shape, name in columns:  # check every column before touching any slot
-            arr = np.asarray(src, dtype=np.float32)
-            if arr.ndim == 0 and name == "truncated":
-                arr = np.broadcast_to(arr, shape)
-            arr = arr.reshape(shape) if arr.size == int(np.prod(shape)) else arr
-            if arr.shape != shape:
-                raise ValueError(f"{name} has shape {np.shape(src)}, expected {shape} for a chunk of {n}")
-            prepared.append((dst, arr))
+        slots = np.arange(start, start + n, dtype=np.int64)
+        if start + n > self.capacity:
+            slots %= self.capacity
         _native.generations_begin_write(self.generations, slots)
         first = min(n, self.capacity - start)  # the chunk is one slice, or two when it wraps
         for dst, arr in prepared:
-            dst[start : start + first] = arr[:first]
-            if first < n:
+            if first == n:
+                dst[start : start + n] = arr
+            else:
+                dst[start:] = arr[:first]
                 dst[: n - first] = arr[first:]
         if on_written is not None:
             on_written(slots)
@@ -232,17 +230,11 @@ class ReplayStorage:
         Rows at the positions in ``Rows.torn`` must not be used (draw replacements); every other
         row is exactly the transition of generation ``Rows.generations[i]``.
         """
-        gens = _native.generations_read(self.generations, slots)  # also range-checks the slots
-        rows = Rows(
-            np.take(self.obs, slots, axis=0),
-            np.take(self.action, slots, axis=0),
-            np.take(self.reward, slots),
-            np.take(self.next_obs, slots, axis=0),
-            np.take(self.terminated, slots),
-            gens,
-            _native.generations_torn(self.generations, slots, gens),
+        # One native call: read the generations, copy every column's rows, re-read the generations.
+        (obs, action, reward, next_obs, terminated), gens, torn = _native.gather_rows(
+            self.generations, slots, self._gathered
         )
-        return rows
+        return Rows(obs, action, reward, next_obs, terminated, gens, torn)
 
     def writer_pid(self) -> int:
         """Pid of the process that owns ``add`` (0 when nobody has added yet)."""
@@ -266,6 +258,16 @@ class ReplayStorage:
             if _native.u64_compare_exchange(self._header, _H_WRITER, owner, me):
                 return
             owner = int(_native.u64_load(self._header, _H_WRITER))
+
+
+def _column(src, shape: tuple[int, ...], name: str) -> np.ndarray:
+    """``src`` as float32 of exactly ``shape`` (a [n, 1] or flat input of the right size is accepted)."""
+    arr = np.asarray(src, dtype=np.float32)
+    if arr.shape != shape:
+        if arr.size != int(np.prod(shape)):
+            raise ValueError(f"{name} has shape {np.shape(src)}, expected {shape} for a chunk of {shape[0]}")
+        arr = arr.reshape(shape)
+    return arr
 
 
 def _pid_alive(pid: int) -> bool:

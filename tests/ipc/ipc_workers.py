@@ -117,31 +117,44 @@ def board_pattern(n: int) -> np.ndarray:
     return ((np.arange(n, dtype=np.int64) * 7919) % 65521).astype(np.float32)
 
 
-def board_writer(parent_pid: int, name: str, seconds: float, result_q) -> None:
-    """Publish versions as fast as possible for ``seconds``; report how many."""
+def board_writer(parent_pid: int, name: str, stop, result_q, max_seconds: float = 60.0) -> None:
+    """Publish versions as fast as possible until ``stop`` is set (the readers are done); report how many."""
     child_setup(parent_pid)
     board = WeightBoard.attach(name, "writer")
     base = board_pattern(board.n_params)
     vec = np.empty_like(base)
-    deadline = time.monotonic() + seconds
+    deadline = time.monotonic() + max_seconds
     v = 0
-    while time.monotonic() < deadline:
+    while not stop.is_set() and time.monotonic() < deadline:
         np.add(base, np.float32(v + 1), out=vec)
         v = board.publish(vec)
     board.close()
     result_q.put(("writer", v))
 
 
-def board_reader(parent_pid: int, name: str, seconds: float, result_q) -> None:
-    """Read as fast as possible; every accepted copy must be exactly one version's pattern."""
+def board_reader(
+    parent_pid: int, name: str, seconds: float, result_q, min_reads: int = 200, min_versions: int = 20
+) -> None:
+    """Read as fast as possible; every accepted copy must be exactly one version's pattern.
+
+    Reads for at least ``seconds`` and until ``min_reads`` reads overlapped ``min_versions`` publishes
+    (so a reader starved by a loaded machine still does its share), at most 30 s.
+    """
     child_setup(parent_pid)
     board = WeightBoard.attach(name, "reader")
     base = board_pattern(board.n_params)
     out = np.empty_like(base)
     reads = torn = versions_seen = 0
     last = 0
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    start = time.monotonic()
+
+    def more() -> bool:
+        elapsed = time.monotonic() - start
+        if elapsed > 30.0:
+            return False
+        return elapsed < seconds or reads < min_reads or versions_seen < min_versions
+
+    while more():
         v = board.read(out)
         if v == 0:
             continue
@@ -182,3 +195,17 @@ def self_killing_child(parent_pid: int, name: str) -> None:
     ring = Ring.attach(name, "writer")
     ring.write(np.zeros((2, ring.record_width), np.float32))
     os.kill(os.getpid(), signal.SIGKILL)
+
+
+def delayed_ring_action(parent_pid: int, name: str, role: str, delay: float, action: str) -> None:
+    """After ``delay`` s: as writer, write one record or close the stream; as reader, pop one record."""
+    child_setup(parent_pid)
+    ring = Ring.attach(name, role)  # type: ignore[arg-type]
+    time.sleep(delay)
+    if action == "write":
+        ring.write(np.ones((1, ring.record_width), np.float32))
+    elif action == "close":
+        ring.close_writer()
+    elif action == "pop":
+        assert ring.pop_into(np.empty((1, ring.record_width), np.float32)) == 1
+    ring.close()

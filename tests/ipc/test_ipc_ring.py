@@ -110,7 +110,11 @@ def test_wrap_and_partial_batches_in_process():
                 n += len(view)
             W.check_rows(out[:k], 5, seq)
             seq += k
+        assert ring.wait_writable(7, timeout=0.0)
         assert ring.try_write(W.record_rows(5, np.arange(seq, seq + 9), 3)) == 7  # only what fits
+        t0 = time.monotonic()
+        assert not ring.wait_writable(1, timeout=0.05)  # full: times out, no exception
+        assert time.monotonic() - t0 >= 0.04
         assert ring.full_waits == 0
         with pytest.raises(ValueError, match="float32"):
             ring.write(np.zeros((2, 3)))  # float64
@@ -220,3 +224,32 @@ def test_attaching_the_wrong_kind_of_segment_is_a_one_line_error():
     finally:
         board.close()
         board.unlink()
+
+
+@pytest.mark.multiproc
+@pytest.mark.parametrize("action", ["write", "close", "pop"])
+def test_doorbell_wakes_a_sleeping_peer(action):
+    """A side asleep in the kernel is woken by the other process's publish, not by its timeout.
+
+    The native waits are called directly with a 60 s timeout: the Python loops around them re-check
+    every 50 ms, which would hide a lost wake-up.
+    """
+    ring = Ring.create(segment_name(new_run_id(), "ring"), 4, 3, role="reader" if action != "pop" else "writer")
+    peer_role = "writer" if action != "pop" else "reader"
+    if action == "pop":
+        ring.write(np.zeros((4, 3), np.float32))  # full: the writer must wait for space
+    child = CTX.Process(target=W.delayed_ring_action, args=(os.getpid(), ring.name, peer_role, 0.5, action))
+    try:
+        child.start()
+        t0 = time.monotonic()
+        if action == "pop":
+            assert ring._core.wait_space(1, 60.0)
+        else:
+            avail = ring._core.wait_data(60.0)
+            assert avail == (1 if action == "write" else 0)
+            assert ring.writer_closed == (action == "close")
+        assert time.monotonic() - t0 < 30  # woken by the doorbell (a lost wake-up would sleep 60 s)
+        child.join(30)
+        assert child.exitcode == 0
+    finally:
+        _cleanup([ring], [child])

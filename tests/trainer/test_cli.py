@@ -52,7 +52,6 @@ def finished_run(tmp_path_factory):
         (["--batch-size", "abc"], ["--batch-size", "invalid int value"]),
         (["--algo", "ppo"], ["--algo", "invalid choice"]),
         (["--no-such-flag"], ["unrecognized arguments"]),
-        (["--autotune"], ["--autotune is not available yet"]),
     ],
 )
 def test_bad_input_exits_2_with_one_line(args, fragments):

@@ -98,12 +98,6 @@ def test_invalid_values_raise_one_line_config_error(changes, flag):
     assert flag in str(info.value) and "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("flag", ["autotune", "plan_only"])
-def test_autotune_is_refused_until_built(flag):
-    with pytest.raises(ConfigError, match="not available yet"):
-        dataclasses.replace(TrainConfig(), **{flag: True}).validate()
-
-
 def test_resolve_fills_policy_delay():
     assert dataclasses.replace(TrainConfig(), algo="td3").resolve().policy_delay == 2
     assert TrainConfig().resolve().policy_delay == 1

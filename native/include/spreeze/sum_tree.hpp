@@ -29,6 +29,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -113,6 +114,78 @@ inline TreeLayout make_layout(std::uint64_t capacity, std::uint32_t k) {
 inline std::uint64_t data_offset_for(const void* addr) {
   auto a = reinterpret_cast<std::uintptr_t>(addr) + kHeaderBytes;
   return kHeaderBytes + (kLineBytes - a % kLineBytes) % kLineBytes;
+}
+
+// out[i] = x[i]^a, for the priorities (|td| + eps)^alpha: a learner sends thousands of TD errors
+// per update and std::pow (~15-20 ns each here) took longer than the whole tree update. Eight lanes
+// at a time with GCC/Clang vector extensions (SSE2 on x86-64, NEON on aarch64; no -march needed):
+// log2 from the exponent bits plus an atanh series on the mantissa, exp2 from a Taylor series on
+// the fraction plus the exponent bits; within ~1e-14 relative of std::pow. Lanes outside
+// [2^-1000, 2^1000] (zero, subnormal, huge), and exponents outside (0, 1), go to std::pow.
+#pragma GCC diagnostic push
+// The vectors never cross a call boundary (always inlined), so their ABI does not matter.
+#pragma GCC diagnostic ignored "-Wpsabi"
+using V8d = double __attribute__((vector_size(64)));
+using V8u = std::uint64_t __attribute__((vector_size(64)));
+
+__attribute__((always_inline)) inline V8d pow8(V8d x, double a) {
+  V8u bits;
+  std::memcpy(&bits, &x, sizeof bits);
+  // Exponent as a double without an int->double conversion (none in SSE2): 2^52 + field, exact.
+  const V8u field = ((bits >> 52) & 0x7FFULL) | 0x4330000000000000ULL;
+  V8d e;
+  std::memcpy(&e, &field, sizeof e);
+  e -= 4503599627370496.0 + 1023.0;
+  const V8u mant = (bits & 0x000FFFFFFFFFFFFFULL) | 0x3FF0000000000000ULL;
+  V8d m;
+  std::memcpy(&m, &mant, sizeof m);  // x = m * 2^e, m in [1, 2)
+  const auto big = m > 1.4142135623730951;  // centre m on 1 so that |s| <= 0.1716 below
+  m = big ? m * 0.5 : m;
+  e = big ? e + 1.0 : e;
+  const V8d s = (m - 1.0) / (m + 1.0);  // ln m = 2 atanh(s) = 2 (s + s^3/3 + s^5/5 + ...)
+  // Estrin's scheme rather than Horner's: the partial sums are independent, so the chain of
+  // dependent operations is about half as long and more lanes are in flight at once.
+  const V8d t = s * s;
+  const V8d t2 = t * t;
+  const V8d t4 = t2 * t2;
+  const V8d p = ((1.0 + t * (1.0 / 3)) + t2 * (1.0 / 5 + t * (1.0 / 7))) +
+                t4 * ((1.0 / 9 + t * (1.0 / 11)) + t2 * (1.0 / 13 + t * (1.0 / 15)));  // to s^15 / 15
+  const V8d y = a * (e + 2.8853900817779268 * s * p);  // a * log2(x); 2.885... = 2 / ln 2
+  const V8d n = (y + 6755399441055744.0) - 6755399441055744.0;  // round to nearest (|y| < 2^51)
+  const V8d g = (y - n) * 0.6931471805599453;                   // 2^(y-n) = e^g, |g| <= 0.347
+  const V8d g2 = g * g;
+  const V8d g4 = g2 * g2;
+  const V8d q = ((1.0 + g) + g2 * (1.0 / 2 + g * (1.0 / 6))) +
+                g4 * ((1.0 / 24 + g * (1.0 / 120)) + g2 * (1.0 / 720 + g * (1.0 / 5040))) +
+                (g4 * g4) * ((1.0 / 40320 + g * (1.0 / 362880)) + g2 * (1.0 / 3628800 + g * (1.0 / 39916800)));
+  const V8d biased = n + (6755399441055744.0 + 1023.0);  // low bits: n + 1023 as an integer
+  V8u scale_bits;
+  std::memcpy(&scale_bits, &biased, sizeof scale_bits);
+  scale_bits <<= 52;
+  V8d scale;
+  std::memcpy(&scale, &scale_bits, sizeof scale);
+  return q * scale;
+}
+#pragma GCC diagnostic pop
+
+// out may alias x.
+inline void priority_pow(const double* x, double a, double* out, std::size_t n) {
+  std::size_t i = 0;
+  if (a > 0.0 && a < 1.0 && a != 0.5) {
+    for (; i + 8 <= n; i += 8) {
+      double in[8], res[8];
+      std::memcpy(in, x + i, sizeof in);
+      V8d v;
+      std::memcpy(&v, in, sizeof v);
+      v = pow8(v, a);
+      std::memcpy(res, &v, sizeof res);
+      for (int k = 0; k < 8; ++k) {
+        if (!(in[k] >= 0x1p-1000 && in[k] <= 0x1p1000)) res[k] = std::pow(in[k], a);
+      }
+      std::memcpy(out + i, res, sizeof res);
+    }
+  }
+  for (; i < n; ++i) out[i] = a == 1.0 ? x[i] : (a == 0.5 ? std::sqrt(x[i]) : std::pow(x[i], a));
 }
 
 // splitmix64: a small, fast generator with good statistics; one independent stream per call.
