@@ -5,4 +5,30 @@ docs/ (the agreed architecture). The compiled core is ``spreeze_like._native``;
 import it through :mod:`spreeze_like.native`, which fails loudly when it is missing.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+__all__ = ["TrainConfig", "TrainResult", "__version__", "train"]
+
+if TYPE_CHECKING:
+    from spreeze_like.config import TrainConfig
+    from spreeze_like.training import TrainResult, train
+
+
+def __getattr__(name: str) -> Any:
+    """Lazy exports: ``import spreeze_like`` stays light (no torch, no gymnasium) until ``train`` is used."""
+    if name == "train":
+        from spreeze_like.training import train
+
+        return train
+    if name == "TrainConfig":
+        from spreeze_like.config import TrainConfig
+
+        return TrainConfig
+    if name == "TrainResult":
+        from spreeze_like.training import TrainResult
+
+        return TrainResult
+    raise AttributeError(f"module 'spreeze_like' has no attribute {name!r}")

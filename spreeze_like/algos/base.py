@@ -1,0 +1,223 @@
+"""What every algorithm shares: the spec, the batch, and the two halves of the learner.
+
+The design splits each algorithm across two learner processes (possibly on two devices):
+
+* a :class:`CriticPart` owns the critic, its targets and optimiser (SAC: also the entropy
+  coefficient), plus a *copy* of the actor (TD3/DDPG: also the target actor) used for Q targets.
+  ``step(batch)`` does one critic update and returns per-sample TD errors (priorities).
+* an :class:`ActorPart` owns the actor and its optimiser, plus a *copy* of the critic (SAC: also
+  the entropy coefficient) used for the policy loss. ``step(batch)`` does one actor update.
+
+Each half publishes its own networks as a flat float32 vector and loads the other's vector into
+its copy; how the vectors travel (an in-process board in ``--serial`` mode, a shared-memory weight
+board in the parallel mode) is not this module's business.
+
+Vector layouts (all ``parameters_to_vector`` order, float32):
+
+* actor vector  = actor parameters. Samplers and the evaluator load the same vector into a policy.
+* critic vector = critic parameters, then SAC's ``log_alpha`` (one float) appended.
+
+Initial weights are a pure function of the run seed (``build_*`` under a forked torch RNG), so the
+two halves start with identical copies without exchanging anything.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+from torch import nn
+
+from spreeze_like.algos.networks import Critic, get_flat, numel, params_of, set_flat
+from spreeze_like.seeding import derive_seed
+
+
+@dataclass(frozen=True)
+class AlgoSpec:
+    """Sizes and hyperparameters of one algorithm instance (picklable: sent to learner processes)."""
+
+    algo: str
+    obs_dim: int
+    act_dim: int
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    gamma: float = 0.99
+    tau: float = 0.005
+    actor_lr: float = 3e-4
+    critic_lr: float = 1e-3
+    alpha_lr: float = 1e-3
+    alpha_init: float = 1.0
+    target_entropy: float | None = None
+    policy_delay: int = 1
+    policy_noise: float = 0.2
+    noise_clip: float = 0.5
+    exploration_noise: float = 0.1
+    seed: int = 1
+
+    @classmethod
+    def from_config(cls, config: Any, obs_dim: int, act_dim: int) -> AlgoSpec:
+        """From a resolved :class:`~spreeze_like.config.TrainConfig` and the env's sizes."""
+        names = [f for f in cls.__dataclass_fields__ if f not in ("algo", "obs_dim", "act_dim")]
+        values = {n: getattr(config, n) for n in names}
+        values["hidden_sizes"] = tuple(values["hidden_sizes"])
+        return cls(algo=config.algo, obs_dim=obs_dim, act_dim=act_dim, **values)
+
+    @property
+    def n_q(self) -> int:
+        return 1 if self.algo == "ddpg" else 2
+
+
+class Batch(NamedTuple):
+    """One training batch as tensors on the learner's device. ``weights`` is None for uniform replay."""
+
+    obs: torch.Tensor
+    action: torch.Tensor
+    reward: torch.Tensor
+    next_obs: torch.Tensor
+    terminated: torch.Tensor
+    weights: torch.Tensor | None = None
+
+
+def seeded_build(factory: Any, seed: int) -> nn.Module:
+    """Build a module with a fixed initialisation, leaving the global torch RNG untouched."""
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        return factory()
+
+
+def weighted_mse(pred: torch.Tensor, target: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
+    """Mean squared error, with importance weights when prioritized replay is used."""
+    sq = (pred - target).pow(2)
+    return sq.mean() if weights is None else (weights * sq).mean()
+
+
+class _Part:
+    """Bookkeeping shared by both halves: devices, generator, state dicts."""
+
+    def __init__(self, spec: AlgoSpec, device: str, role: str) -> None:
+        self.spec = spec
+        self.device = torch.device(device)
+        self.generator = torch.Generator(device=self.device)
+        self.generator.manual_seed(derive_seed(spec.seed, role + "/noise"))
+        self.modules: dict[str, nn.Module] = {}
+        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        self.tensors: dict[str, torch.Tensor] = {}
+
+    def build_actor(self) -> nn.Module:
+        from spreeze_like.algos import actor_class
+
+        cls = actor_class(self.spec.algo)
+        s = self.spec
+        return seeded_build(lambda: cls(s.obs_dim, s.act_dim, s.hidden_sizes), derive_seed(s.seed, "actor/init")).to(
+            self.device
+        )
+
+    def build_critic(self) -> Critic:
+        s = self.spec
+        return seeded_build(
+            lambda: Critic(s.obs_dim, s.act_dim, s.hidden_sizes, s.n_q), derive_seed(s.seed, "critic/init")
+        ).to(self.device)
+
+    @staticmethod
+    def frozen_copy(module: nn.Module) -> nn.Module:
+        """A copy that never receives gradients (targets and the other learner's networks)."""
+        clone = copy.deepcopy(module)
+        clone.requires_grad_(False)
+        return clone
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "modules": {k: m.state_dict() for k, m in self.modules.items()},
+            "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
+            "tensors": {k: t.detach().cpu().clone() for k, t in self.tensors.items()},
+            "generator": self.generator.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for k, m in self.modules.items():
+            m.load_state_dict(state["modules"][k])
+        for k, o in self.optimizers.items():
+            # deepcopy: Optimizer.load_state_dict keeps same-device tensors by reference, which would
+            # tie this optimiser's moments to the source's (only matters for in-process copies)
+            o.load_state_dict(copy.deepcopy(state["optimizers"][k]))
+        with torch.no_grad():
+            for k, t in self.tensors.items():
+                t.copy_(state["tensors"][k])
+        self.generator.set_state(state["generator"])
+
+
+class CriticPart(_Part):
+    """Critic-learner half. Subclasses set up networks in ``__init__`` and write ``step``."""
+
+    def __init__(self, spec: AlgoSpec, device: str) -> None:
+        super().__init__(spec, device, "critic-learner")
+        self.critic = self.build_critic()
+        self.critic_target = self.frozen_copy(self.critic)
+        self.actor = self.build_actor().requires_grad_(False)  # copy of the actor learner's network
+        self.q_optimizer = torch.optim.Adam(self.critic.parameters(), lr=spec.critic_lr)
+        self.modules.update(critic=self.critic, critic_target=self.critic_target, actor_copy=self.actor)
+        self.optimizers["q_optimizer"] = self.q_optimizer
+        self.critic_params, self.critic_target_params = params_of([self.critic]), params_of([self.critic_target])
+        self.actor_params = params_of([self.actor])
+        self.updates = 0
+
+    def step(self, batch: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """One critic update. Returns (per-sample |TD error| ``[B]``, scalar metric tensors)."""
+        raise NotImplementedError
+
+    def extra_critic_state(self) -> list[torch.Tensor]:
+        """Scalars appended to the critic vector (SAC: log_alpha)."""
+        return []
+
+    def critic_vector(self) -> np.ndarray:
+        vec = get_flat(self.critic_params)
+        extra = self.extra_critic_state()
+        if extra:
+            vec = np.concatenate([vec, torch.stack(extra).detach().cpu().float().numpy().reshape(-1)])
+        return vec
+
+    @property
+    def actor_vector_size(self) -> int:
+        """Length of the actor vector this half loads."""
+        return numel(self.actor)
+
+    def load_actor_vector(self, vec: np.ndarray) -> None:
+        set_flat(self.actor_params, vec)
+
+
+class ActorPart(_Part):
+    """Actor-learner half. Subclasses write ``step``."""
+
+    def __init__(self, spec: AlgoSpec, device: str) -> None:
+        super().__init__(spec, device, "actor-learner")
+        self.actor = self.build_actor()
+        self.critic = self.build_critic().requires_grad_(False)  # copy of the critic learner's network
+        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=spec.actor_lr)
+        self.modules.update(actor=self.actor, critic_copy=self.critic)
+        self.optimizers["actor_optimizer"] = self.actor_optimizer
+        self.actor_params, self.critic_params = params_of([self.actor]), params_of([self.critic])
+        self._critic_numel = numel(self.critic)
+        self.updates = 0
+
+    def step(self, batch: Batch) -> dict[str, torch.Tensor]:
+        """One actor update. Returns scalar metric tensors."""
+        raise NotImplementedError
+
+    n_extra_critic_state = 0  # scalars a CriticPart appends to the critic vector (SAC: 1, log_alpha)
+
+    @property
+    def critic_vector_size(self) -> int:
+        """Length of the critic vector this half loads."""
+        return self._critic_numel + self.n_extra_critic_state
+
+    def load_extra_critic_state(self, extra: np.ndarray) -> None:
+        """Receive the scalars a CriticPart appended to its vector (SAC: log_alpha)."""
+
+    def actor_vector(self) -> np.ndarray:
+        return get_flat(self.actor_params)
+
+    def load_critic_vector(self, vec: np.ndarray) -> None:
+        set_flat(self.critic_params, vec[: self._critic_numel])
+        self.load_extra_critic_state(vec[self._critic_numel :])

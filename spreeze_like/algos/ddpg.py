@@ -1,0 +1,52 @@
+"""DDPG (Lillicrap et al. 2016): one critic, target actor and target critic, Gaussian exploration.
+
+Reads like CleanRL's ``ddpg_continuous_action.py``. As in TD3, the target actor lives in the
+critic learner (soft-updated from its copy of the actor every ``policy_delay`` critic updates,
+default every update) because only the Q target uses it.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from spreeze_like.algos.base import ActorPart, AlgoSpec, Batch, CriticPart, weighted_mse
+from spreeze_like.algos.networks import params_of, soft_update
+
+
+class DDPGCritic(CriticPart):
+    def __init__(self, spec: AlgoSpec, device: str) -> None:
+        super().__init__(spec, device)
+        self.actor_target = self.frozen_copy(self.actor)
+        self.modules["actor_target"] = self.actor_target
+        self.actor_target_params = params_of([self.actor_target])
+
+    def step(self, b: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        s = self.spec
+        with torch.no_grad():
+            next_state_actions = self.actor_target(b.next_obs)
+            (qf1_next_target,) = self.critic_target(b.next_obs, next_state_actions)
+            next_q_value = b.reward + (1.0 - b.terminated) * s.gamma * qf1_next_target
+
+        (qf1_a_values,) = self.critic(b.obs, b.action)
+        qf1_loss = weighted_mse(qf1_a_values, next_q_value, b.weights)
+        self.q_optimizer.zero_grad(set_to_none=True)
+        qf1_loss.backward()
+        self.q_optimizer.step()
+
+        self.updates += 1
+        if self.updates % s.policy_delay == 0:
+            soft_update(self.actor_target_params, self.actor_params, s.tau)
+            soft_update(self.critic_target_params, self.critic_params, s.tau)
+        td_errors = (qf1_a_values.detach() - next_q_value).abs()
+        return td_errors, {"qf1_loss": qf1_loss.detach(), "qf1_values": qf1_a_values.detach().mean()}
+
+
+class DDPGActor(ActorPart):
+    def step(self, b: Batch) -> dict[str, torch.Tensor]:
+        (q,) = self.critic(b.obs, self.actor(b.obs))
+        actor_loss = -q.mean()
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_optimizer.step()
+        self.updates += 1
+        return {"actor_loss": actor_loss.detach()}

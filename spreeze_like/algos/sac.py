@@ -1,0 +1,95 @@
+"""Soft Actor-Critic with automatic entropy tuning (Haarnoja et al. 2018), split in two halves.
+
+The math reads like CleanRL's ``sac_continuous_action.py``; the only structural change is that
+the critic update (with the entropy coefficient) and the actor update live in different learners,
+each holding a copy of the other's network. One deliberate difference: the alpha loss uses the
+log-probabilities of the policy's actions at ``next_obs`` that the Q target already computed.
+Those are replay states too, so the gradient is the same in expectation and the critic learner
+saves one actor forward pass per update.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import torch
+
+from spreeze_like.algos.base import ActorPart, AlgoSpec, Batch, CriticPart, weighted_mse
+from spreeze_like.algos.networks import soft_update
+
+
+class SACCritic(CriticPart):
+    """Twin Q networks, their targets, and the entropy coefficient ``alpha = exp(log_alpha)``."""
+
+    def __init__(self, spec: AlgoSpec, device: str) -> None:
+        super().__init__(spec, device)
+        self.target_entropy = -float(spec.act_dim) if spec.target_entropy is None else spec.target_entropy
+        self.log_alpha = torch.tensor([math.log(spec.alpha_init)], device=self.device, requires_grad=True)
+        self.a_optimizer = torch.optim.Adam([self.log_alpha], lr=spec.alpha_lr)
+        self.tensors["log_alpha"] = self.log_alpha
+        self.optimizers["a_optimizer"] = self.a_optimizer
+
+    def step(self, b: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        alpha = self.log_alpha.detach().exp()
+        with torch.no_grad():
+            next_actions, next_log_pi = self.actor.sample(b.next_obs, self.generator)
+            qf1_next_target, qf2_next_target = self.critic_target(b.next_obs, next_actions)
+            min_qf_next_target = torch.min(qf1_next_target, qf2_next_target) - alpha * next_log_pi
+            next_q_value = b.reward + (1.0 - b.terminated) * self.spec.gamma * min_qf_next_target
+
+        qf1_a_values, qf2_a_values = self.critic(b.obs, b.action)
+        qf1_loss = weighted_mse(qf1_a_values, next_q_value, b.weights)
+        qf2_loss = weighted_mse(qf2_a_values, next_q_value, b.weights)
+        qf_loss = qf1_loss + qf2_loss
+        self.q_optimizer.zero_grad(set_to_none=True)
+        qf_loss.backward()
+        self.q_optimizer.step()
+
+        alpha_loss = (-self.log_alpha.exp() * (next_log_pi + self.target_entropy)).mean()
+        self.a_optimizer.zero_grad(set_to_none=True)
+        alpha_loss.backward()
+        self.a_optimizer.step()
+
+        soft_update(self.critic_target_params, self.critic_params, self.spec.tau)
+        self.updates += 1
+        with torch.no_grad():
+            td_errors = torch.max((qf1_a_values - next_q_value).abs(), (qf2_a_values - next_q_value).abs())
+        metrics = {
+            "qf1_loss": qf1_loss.detach(),
+            "qf2_loss": qf2_loss.detach(),
+            "qf1_values": qf1_a_values.detach().mean(),
+            "qf2_values": qf2_a_values.detach().mean(),
+            "alpha": alpha,
+            "alpha_loss": alpha_loss.detach(),
+        }
+        return td_errors, metrics
+
+    def extra_critic_state(self) -> list[torch.Tensor]:
+        return [self.log_alpha.detach()[0]]
+
+
+class SACActor(ActorPart):
+    """The squashed-Gaussian policy; reads alpha from the critic vector it copies."""
+
+    n_extra_critic_state = 1
+
+    def __init__(self, spec: AlgoSpec, device: str) -> None:
+        super().__init__(spec, device)
+        self.log_alpha = torch.tensor([math.log(spec.alpha_init)], device=self.device)
+        self.tensors["log_alpha_copy"] = self.log_alpha
+
+    def load_extra_critic_state(self, extra: np.ndarray) -> None:
+        self.log_alpha.fill_(float(extra[0]))
+
+    def step(self, b: Batch) -> dict[str, torch.Tensor]:
+        alpha = self.log_alpha.exp()
+        pi, log_pi = self.actor.sample(b.obs, self.generator)
+        qf1_pi, qf2_pi = self.critic(b.obs, pi)
+        min_qf_pi = torch.min(qf1_pi, qf2_pi)
+        actor_loss = (alpha * log_pi - min_qf_pi).mean()
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_optimizer.step()
+        self.updates += 1
+        return {"actor_loss": actor_loss.detach(), "entropy": -log_pi.detach().mean()}

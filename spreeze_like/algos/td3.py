@@ -1,0 +1,66 @@
+"""TD3 (Fujimoto et al. 2018): twin critics, target policy smoothing, delayed policy updates.
+
+Reads like CleanRL's ``td3_continuous_action.py``. The split across learners: the critic learner
+owns the critics, their targets and the *target actor*, which it soft-updates from its copy of the
+actor every ``policy_delay`` critic updates (together with the target critics, as TD3 does). The
+target actor lives there because only the Q target uses it, so the weight board carries just the
+policy. The actor learner updates the policy once per ``policy_delay`` critic updates (paced by
+``ActorLearner.updates_due``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from spreeze_like.algos.base import ActorPart, AlgoSpec, Batch, CriticPart, weighted_mse
+from spreeze_like.algos.networks import params_of, soft_update
+
+
+class TD3Critic(CriticPart):
+    def __init__(self, spec: AlgoSpec, device: str) -> None:
+        super().__init__(spec, device)
+        self.actor_target = self.frozen_copy(self.actor)
+        self.modules["actor_target"] = self.actor_target
+        self.actor_target_params = params_of([self.actor_target])
+
+    def step(self, b: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        s = self.spec
+        with torch.no_grad():
+            noise = torch.randn(b.action.shape, generator=self.generator, device=self.device)
+            clipped_noise = (noise * s.policy_noise).clamp(-s.noise_clip, s.noise_clip)
+            next_state_actions = (self.actor_target(b.next_obs) + clipped_noise).clamp(-1.0, 1.0)
+            qf1_next_target, qf2_next_target = self.critic_target(b.next_obs, next_state_actions)
+            min_qf_next_target = torch.min(qf1_next_target, qf2_next_target)
+            next_q_value = b.reward + (1.0 - b.terminated) * s.gamma * min_qf_next_target
+
+        qf1_a_values, qf2_a_values = self.critic(b.obs, b.action)
+        qf1_loss = weighted_mse(qf1_a_values, next_q_value, b.weights)
+        qf2_loss = weighted_mse(qf2_a_values, next_q_value, b.weights)
+        qf_loss = qf1_loss + qf2_loss
+        self.q_optimizer.zero_grad(set_to_none=True)
+        qf_loss.backward()
+        self.q_optimizer.step()
+
+        self.updates += 1
+        if self.updates % s.policy_delay == 0:  # targets move with the delayed policy update
+            soft_update(self.actor_target_params, self.actor_params, s.tau)
+            soft_update(self.critic_target_params, self.critic_params, s.tau)
+        with torch.no_grad():
+            td_errors = torch.max((qf1_a_values - next_q_value).abs(), (qf2_a_values - next_q_value).abs())
+        metrics = {
+            "qf1_loss": qf1_loss.detach(),
+            "qf2_loss": qf2_loss.detach(),
+            "qf1_values": qf1_a_values.detach().mean(),
+            "qf2_values": qf2_a_values.detach().mean(),
+        }
+        return td_errors, metrics
+
+
+class TD3Actor(ActorPart):
+    def step(self, b: Batch) -> dict[str, torch.Tensor]:
+        actor_loss = -self.critic(b.obs, self.actor(b.obs))[0].mean()  # Q1 only, as in the paper
+        self.actor_optimizer.zero_grad(set_to_none=True)
+        actor_loss.backward()
+        self.actor_optimizer.step()
+        self.updates += 1
+        return {"actor_loss": actor_loss.detach()}

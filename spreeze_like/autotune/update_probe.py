@@ -1,0 +1,159 @@
+"""Update-rate probes: critic and actor updates/s across batch sizes on one device.
+
+Runs inside the probe worker process (never in the caller: a CUDA device would otherwise be
+initialised in the supervisor). Each point times the loop a learner runs, with the project's own
+code: draw a batch from a uniform :class:`~spreeze_like.replay.ReplayStorage` (filled with random
+rows of the env's width), move it to the device (:func:`spreeze_like.roles.learning.to_batch`),
+and do one ``step`` of the algorithm's critic half, or of its actor half
+(:mod:`spreeze_like.algos`). Random data is fine here: the cost of an update does not depend on
+the values.
+
+Batch sizes double from 256. The doubling stops at the first of:
+
+* **memory** -- a CUDA out-of-memory error, or a projected peak for the next size above 90% of
+  the device's memory (the peak grows about linearly in the batch);
+* **time budget** -- the next point would not fit in what is left of this curve's budget;
+* **size cap** -- ``max_batch``;
+* **flat curve** -- past 4096, update frames/s grew less than 10% on the last doubling: larger
+  batches would only cost update rate.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from spreeze_like.algos.base import AlgoSpec
+from spreeze_like.autotune.measure import time_rate
+from spreeze_like.autotune.results import UpdateCurve, UpdatePoint
+
+MIN_BATCH = 256
+MAX_BATCH = 65536
+FLAT_FROM = 4096
+FLAT_GAIN = 1.10
+MEMORY_FRACTION = 0.9
+WARMUP_UPDATES = 2
+MIN_TIMED_UPDATES = 3
+
+
+def _filled_replay(spec: AlgoSpec, rows: int, seed: int = 0):  # -> UniformSampler
+    from spreeze_like.replay import ReplayStorage, UniformSampler
+
+    rng = np.random.default_rng(seed)
+    storage = ReplayStorage.local(rows, spec.obs_dim, spec.act_dim)
+    chunk = 8192
+    for start in range(0, rows, chunk):
+        n = min(chunk, rows - start)
+        storage.add(rng.standard_normal((n, spec.obs_dim), dtype=np.float32),
+                    rng.uniform(-1, 1, (n, spec.act_dim)).astype(np.float32),
+                    rng.standard_normal(n, dtype=np.float32),
+                    rng.standard_normal((n, spec.obs_dim), dtype=np.float32),
+                    (rng.random(n) < 0.01).astype(np.float32))
+    return UniformSampler(storage, seed=seed)
+
+
+def _measure_point(spec: AlgoSpec, device: str, batch_size: int, budget_s: float, replay) -> UpdatePoint:
+    import torch
+
+    from spreeze_like.algos import make_actor_part, make_critic_part
+    from spreeze_like.roles.learning import to_batch
+
+    cuda = device.startswith("cuda")
+    sync = (lambda: torch.cuda.synchronize(device)) if cuda else None
+    if cuda:
+        torch.cuda.reset_peak_memory_stats(device)
+    parts = {"critic": make_critic_part(spec, device), "actor": make_actor_part(spec, device)}
+
+    def critic_update() -> None:
+        part = parts["critic"]
+        part.step(to_batch(replay.sample(batch_size), part.device, use_weights=False))
+
+    def actor_update() -> None:
+        part = parts["actor"]
+        part.step(to_batch(replay.sample(batch_size), part.device, use_weights=False))
+
+    # the critic update is the larger one (twin Q forward/backward plus a target pass): 60% of the time
+    kw = {"warmup": WARMUP_UPDATES, "min_ops": MIN_TIMED_UPDATES, "sync": sync}
+    critic_rate = time_rate(critic_update, 0.6 * budget_s, "updates/s", **kw)
+    actor_rate = time_rate(actor_update, 0.4 * budget_s, "updates/s", **kw)
+    peak = int(torch.cuda.max_memory_allocated(device)) if cuda else 0
+    parts.clear()  # free the device memory before the next (twice as large) point
+    if cuda:
+        torch.cuda.empty_cache()
+    return UpdatePoint(batch_size, critic_rate, actor_rate, peak)
+
+
+def _point_cost_s(point: UpdatePoint) -> float:
+    """Seconds one point at this size takes at the minimum repetitions (warm-up + timed, both halves)."""
+    per_pair = 1.0 / point.critic.value + 1.0 / point.actor.value
+    return (WARMUP_UPDATES + MIN_TIMED_UPDATES) * per_pair
+
+
+def probe_updates(
+    spec: AlgoSpec,
+    device: str,
+    threads: int,
+    budget_s: float,
+    progress: Callable[[str], None],
+    max_batch: int = MAX_BATCH,
+    memory_total: int = 0,
+) -> UpdateCurve:
+    """The update curve for ``device`` with ``threads`` torch threads, within about ``budget_s`` seconds.
+
+    Args:
+        spec: algorithm and network sizes (the env's obs/act dims).
+        device: ``"cpu"`` or ``"cuda:N"``.
+        threads: torch CPU threads for this curve.
+        budget_s: seconds for the whole curve.
+        progress: receives one line per measured point.
+        max_batch: largest batch size to try.
+        memory_total: device memory in bytes (CUDA), for the projected-peak stop.
+    """
+    import torch
+
+    torch.set_num_threads(threads)
+    curve = UpdateCurve(device=device, threads=threads)
+    t_start = time.perf_counter()
+    replay = _filled_replay(spec, max(max_batch, MIN_BATCH))
+    sizes = []
+    b = MIN_BATCH
+    while b <= max_batch:
+        sizes.append(b)
+        b *= 2
+    for i, batch_size in enumerate(sizes):
+        left = budget_s - (time.perf_counter() - t_start)
+        prev = curve.points[-1] if curve.points else None
+        if prev is not None:
+            # the next size costs about twice the last one per update
+            if 2.0 * _point_cost_s(prev) > left:
+                curve.stop_reason = f"time budget: batch {batch_size} would not fit in the {max(left, 0):.1f} s left"
+                break
+            if memory_total and prev.peak_memory and 2 * prev.peak_memory > MEMORY_FRACTION * memory_total:
+                curve.stop_reason = (f"memory: batch {batch_size} would need about {2 * prev.peak_memory / 2**30:.1f} GiB "
+                                     f"of the {memory_total / 2**30:.1f} GiB on {device}")
+                break
+        # an even share of what is left, but never less than the minimum repetitions need at this size
+        point_budget = max(left, 0.0) / (len(sizes) - i)
+        if prev is not None:
+            point_budget = min(max(point_budget, 2.0 * _point_cost_s(prev)), max(left, 0.0))
+        try:
+            point = _measure_point(spec, device, batch_size, point_budget, replay)
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            curve.stop_reason = f"memory: out of memory on {device} at batch {batch_size}"
+            break
+        curve.points.append(point)
+        mem = f", peak {point.peak_memory / 2**20:,.0f} MiB" if point.peak_memory else ""
+        progress(f"updates on {device} ({threads} thread{'s' if threads > 1 else ''}) batch {batch_size}: "
+                 f"critic {point.critic.text(digits=1)}, actor {point.actor.text(digits=1)}, "
+                 f"{point.critic_frames:,.0f} critic frames/s{mem}")
+        if prev is not None and batch_size > FLAT_FROM and point.critic_frames < FLAT_GAIN * prev.critic_frames:
+            curve.stop_reason = (f"flat curve: critic frames/s grew {point.critic_frames / prev.critic_frames - 1:+.0%} "
+                                 f"from batch {prev.batch_size} to {batch_size}")
+            break
+    else:
+        curve.stop_reason = f"size cap: reached batch {sizes[-1]}"
+    return curve
+

@@ -1,0 +1,127 @@
+"""Checkpoints: written atomically, loaded safely, refused when they belong to another run kind.
+
+Layout: ``<run_dir>/checkpoints/ckpt_<env_step, 10 digits>.pt``; the newest ``keep`` are kept.
+A write goes to a temporary file in the same folder, is flushed and fsynced, renamed over the final
+name with ``os.replace`` (atomic on POSIX) and the folder is fsynced, so a crash at any moment leaves
+either the previous checkpoint set or the new one, never a torn file under a final name. Leftover
+temporary files of a killed writer are ignored by the loader and removed by the next save.
+
+Payload (a plain dict, loadable with ``torch.load(weights_only=True)``): ``format_version``, the
+resolved ``config``, counters (``env_steps``, ``updates``, ...), the ``generation`` (resume count),
+every role's ``state_dict`` (networks, optimisers, SAC's log_alpha, per-role RNG generators,
+sampler counters) and the process RNG states (python, numpy, torch). The replay buffer is not
+saved (it can be GBs); a resumed run refills it before the learners continue.
+
+Every way a checkpoint can be unusable is a one-line :class:`~spreeze_like.errors.CheckpointError`.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from spreeze_like.errors import CheckpointError
+
+FORMAT_VERSION = 1
+_NAME = re.compile(r"^ckpt_(\d{10})\.pt$")
+
+
+def checkpoint_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def list_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Final-named checkpoints of a run, oldest first."""
+    folder = checkpoint_dir(run_dir)
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.iterdir() if _NAME.match(p.name))
+
+
+def _fsync_dir(folder: Path) -> None:
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_torch_save(obj: Any, path: Path) -> None:
+    """``torch.save`` to ``path`` via tmp file + fsync + ``os.replace`` + folder fsync."""
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    try:
+        with open(tmp, "wb") as f:
+            torch.save(obj, f)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    _fsync_dir(path.parent)
+
+
+def save_checkpoint(run_dir: str | Path, payload: dict[str, Any], env_step: int, keep: int = 2) -> Path:
+    """Write one checkpoint atomically and delete all but the newest ``keep``."""
+    folder = checkpoint_dir(run_dir)
+    folder.mkdir(parents=True, exist_ok=True)
+    for stale in folder.glob(".ckpt_*.tmp.*"):  # a killed writer's leftovers
+        stale.unlink(missing_ok=True)
+    path = folder / f"ckpt_{env_step:010d}.pt"
+    atomic_torch_save({"format_version": FORMAT_VERSION, **payload}, path)
+    for old in list_checkpoints(run_dir)[:-keep]:
+        old.unlink(missing_ok=True)
+    return path
+
+
+def load_latest(run_dir: str | Path) -> tuple[dict[str, Any], Path]:
+    """The newest checkpoint of a run folder. Raises CheckpointError if there is none or it is unusable."""
+    found = list_checkpoints(run_dir)
+    if not found:
+        raise CheckpointError(f"no checkpoint in {checkpoint_dir(run_dir)}; nothing to resume (start a new run)")
+    return load_checkpoint(found[-1]), found[-1]
+
+
+def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    try:
+        payload = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - zip/pickle/EOF errors all mean "unreadable"
+        raise CheckpointError(
+            f"checkpoint {path} is corrupt or unreadable ({type(exc).__name__}); delete it to resume from an older one"
+        ) from None
+    if not isinstance(payload, dict) or payload.get("format_version") != FORMAT_VERSION or "roles" not in payload:
+        raise CheckpointError(f"{path} is not a spreeze_like checkpoint of format {FORMAT_VERSION}; start a new run")
+    return payload
+
+
+def check_compatible(payload: dict[str, Any], env: str, algo: str, path: str | Path) -> None:
+    """Refuse a checkpoint made for another env or algorithm (its networks would not fit or mean anything)."""
+    saved = payload.get("config", {})
+    if saved.get("env") != env or saved.get("algo") != algo:
+        raise CheckpointError(
+            f"checkpoint {path} is from env {saved.get('env')!r} with algo {saved.get('algo')!r}, not {env!r} with "
+            f"{algo!r}; resume with the same --env/--algo or start a new run without --resume"
+        )
+
+
+def capture_process_rng() -> dict[str, Any]:
+    """Process-global RNG states in a weights_only-loadable form."""
+    name, key, pos, has_gauss, cached = np.random.get_state()
+    return {
+        "python": random.getstate(),
+        "numpy": {"name": name, "key": key.tolist(), "pos": pos, "has_gauss": has_gauss, "cached": cached},
+        "torch": torch.get_rng_state(),
+    }
+
+
+def restore_process_rng(state: dict[str, Any]) -> None:
+    random.setstate(state["python"])
+    n = state["numpy"]
+    np.random.set_state((n["name"], np.array(n["key"], dtype=np.uint32), n["pos"], n["has_gauss"], n["cached"]))
+    torch.set_rng_state(state["torch"])

@@ -1,0 +1,347 @@
+"""The run configuration: one typed dataclass, a help line per field, and its CLI bridge.
+
+Every field of :class:`TrainConfig` is a ``--kebab-case`` flag of ``python -m spreeze_like.run``
+with the field's help line (CleanRL's "a docstring per field", done with field metadata because
+tyro is not a dependency). Values are layered, later wins:
+
+    dataclass defaults  <  --config FILE (JSON)  <  the resumed run's config.json  <  flags given
+
+The last rule is Sample Factory's: on ``--resume`` only the flags the user actually typed override
+the saved config, so ``--resume RUN --total-steps 50000`` extends a run without resetting the rest.
+
+Validation raises :class:`~spreeze_like.errors.ConfigError` with one line that names the flag and
+says what is allowed. ``resolve()`` fills the ``auto`` values (devices, policy delay) and the
+result is what ``config.json`` in the run folder records.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import re
+import sys
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spreeze_like.errors import ConfigError
+
+ALGOS = ("sac", "td3", "ddpg")
+_DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps)$")
+
+
+def _f(default: Any, help: str, **meta: Any) -> Any:
+    """A dataclass field with a help line (and optional argparse extras such as ``choices``)."""
+    if isinstance(default, (list, tuple)):
+        return field(default_factory=lambda: default, metadata={"help": help, **meta})
+    return field(default=default, metadata={"help": help, **meta})
+
+
+@dataclass
+class TrainConfig:
+    """Everything a run needs. Defaults train SAC on Pendulum-v1 in a few minutes on 2 CPU cores."""
+
+    # --- what to train -------------------------------------------------------------------------
+    env: str = _f(
+        "Pendulum-v1", "gymnasium env id, or module:EnvId to import your own registered env first", metavar="ID"
+    )
+    algo: str = _f("sac", "algorithm", choices=ALGOS)
+    total_steps: int = _f(20_000, "env steps to train for (summed over all envs)")
+    seed: int = _f(1, "run seed; every env, network and sampler seed is derived from it")
+    # --- sampling --------------------------------------------------------------------------------
+    samplers: int = _f(1, "sampler processes (in --serial mode: sampler objects stepped in turn)")
+    envs_per_sampler: int = _f(1, "envs stepped by each sampler, with one batched policy inference per step")
+    learning_starts: int = _f(1000, "env steps of uniform random actions before the policy acts and learning starts")
+    exploration_noise: float = _f(0.1, "TD3/DDPG: std of the Gaussian action noise while sampling (actions in [-1, 1])")
+    # --- replay ----------------------------------------------------------------------------------
+    buffer_size: int = _f(1_000_000, "replay capacity in transitions (FIFO)")
+    prioritized: bool = _f(False, "prioritized replay for the critic (proportional, TD-error priorities)")
+    priority_alpha: float = _f(0.6, "prioritized replay: priority exponent")
+    priority_beta: float = _f(0.4, "prioritized replay: importance-weight exponent at the start (annealed to 1)")
+    # --- learning --------------------------------------------------------------------------------
+    batch_size: int = _f(256, "transitions per gradient update")
+    utd: float = _f(1.0, "update-to-data ratio: critic updates per env step collected")
+    gamma: float = _f(0.99, "discount factor")
+    tau: float = _f(0.005, "target network soft-update rate")
+    actor_lr: float = _f(3e-4, "actor learning rate (Adam)")
+    critic_lr: float = _f(1e-3, "critic learning rate (Adam)")
+    alpha_lr: float = _f(1e-3, "SAC: entropy-coefficient learning rate (Adam)")
+    alpha_init: float = _f(1.0, "SAC: initial entropy coefficient (tuned automatically from there)")
+    target_entropy: float | None = _f(None, "SAC: entropy target; auto = -action_dim")
+    policy_delay: int = _f(0, "critic updates per actor update; 0 = algorithm default (TD3: 2, SAC/DDPG: 1)")
+    policy_noise: float = _f(0.2, "TD3: std of the target policy smoothing noise")
+    noise_clip: float = _f(0.5, "TD3: clip of the target policy smoothing noise")
+    hidden_sizes: tuple[int, ...] = _f((256, 256), "hidden layer widths of actor and critic MLPs")
+    weight_sync_period: int = _f(1, "learner updates between publishing a network and refreshing the other's copy")
+    # --- devices and threads ----------------------------------------------------------------------
+    actor_device: str = _f(
+        "auto", "actor learner device: auto (2 GPUs: cuda:0, 1: cuda:0, none: cpu), cpu, cuda:N", metavar="DEVICE"
+    )
+    critic_device: str = _f(
+        "auto", "critic learner device: auto (2 GPUs: cuda:1, 1: cuda:0, none: cpu), cpu, cuda:N", metavar="DEVICE"
+    )
+    torch_threads: int = _f(1, "torch CPU threads per process (learners; samplers always use 1)")
+    # --- evaluation, logging, checkpoints ---------------------------------------------------------
+    eval_every: int = _f(5_000, "env steps between evaluations (0: only the final one)")
+    eval_episodes: int = _f(10, "deterministic episodes per evaluation")
+    stop_at_return: float | None = _f(None, "stop once an evaluation's mean return reaches this (auto: never)")
+    logdir: str = _f("runs", "folder that receives the run folders <env>__<algo>__<seed>__<unixtime>/", metavar="DIR")
+    log_interval: float = _f(10.0, "seconds between console progress lines (0: quiet)")
+    tb_interval: float = _f(2.0, "seconds between TensorBoard writes of the aggregated scalars")
+    checkpoint_every: int = _f(10_000, "env steps between checkpoints (0: only the final one)")
+    keep_checkpoints: int = _f(2, "how many recent checkpoints to keep")
+    resume: str = _f("", "continue the run in this run folder from its newest checkpoint", metavar="RUN_DIR")
+    # --- process layout ----------------------------------------------------------------------------
+    serial: bool = _f(False, "run every role in this one process (debugging, determinism, baseline)")
+    autotune: bool = _f(False, "measure this machine (cached) and plan samplers, batch, devices, threads, buffers; "
+                               "flags you set win")
+    plan_only: bool = _f(False, "print the autotune plan and exit without training (implies --autotune)")
+    reprobe: bool = _f(False, "with --autotune: measure this machine again instead of using the cached probe results")
+    probe_budget: float = _f(60.0, "with --autotune: seconds of measuring when probing (process start-ups add a few)")
+
+    # ------------------------------------------------------------------------------------------------
+    def validate(self) -> TrainConfig:
+        """Check every field; raise ConfigError with one line naming the flag. Returns self."""
+
+        def bad(name: str, what: str) -> ConfigError:
+            value = getattr(self, name)
+            return ConfigError(f"--{name.replace('_', '-')} {value!r} is invalid: {what}")
+
+        if not isinstance(self.env, str) or not self.env.strip():
+            raise bad("env", "give a gymnasium env id such as Pendulum-v1")
+        if self.algo not in ALGOS:
+            raise bad("algo", f"choose one of {', '.join(ALGOS)}")
+        positive_ints = (
+            "total_steps",
+            "samplers",
+            "envs_per_sampler",
+            "buffer_size",
+            "batch_size",
+            "weight_sync_period",
+            "torch_threads",
+            "eval_episodes",
+            "keep_checkpoints",
+        )
+        for name in positive_ints:
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
+                raise bad(name, "must be a whole number >= 1")
+        for name in ("learning_starts", "eval_every", "checkpoint_every", "policy_delay", "seed"):
+            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
+                raise bad(name, "must be a whole number >= 0")
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, float) and not math.isfinite(value):
+                raise bad(f.name, "must be a finite number")
+        for name in ("utd", "actor_lr", "critic_lr", "alpha_lr", "alpha_init"):
+            if not getattr(self, name) > 0:
+                raise bad(name, "must be > 0")
+        for name in (
+            "exploration_noise",
+            "policy_noise",
+            "noise_clip",
+            "log_interval",
+            "tb_interval",
+            "priority_alpha",
+        ):
+            if not getattr(self, name) >= 0:
+                raise bad(name, "must be >= 0")
+        if not 0.0 <= self.gamma < 1.0:
+            raise bad("gamma", "must be in [0, 1)")
+        if not 0.0 < self.tau <= 1.0:
+            raise bad("tau", "must be in (0, 1]")
+        if not 0.0 <= self.priority_beta <= 1.0:
+            raise bad("priority_beta", "must be in [0, 1]")
+        if self.batch_size > self.buffer_size:
+            raise bad("batch_size", f"must not exceed --buffer-size {self.buffer_size}")
+        if not self.hidden_sizes or any(not isinstance(h, int) or h < 1 for h in self.hidden_sizes):
+            raise bad("hidden_sizes", "give one or more layer widths >= 1, e.g. --hidden-sizes 256 256")
+        for name in ("actor_device", "critic_device"):
+            if not isinstance(getattr(self, name), str) or not _DEVICE_RE.match(getattr(self, name)):
+                raise bad(name, "use auto, cpu, cuda or cuda:N")
+        if not isinstance(self.logdir, str) or not self.logdir:
+            raise bad("logdir", "give a folder path")
+        if not self.probe_budget >= 0.5:
+            raise bad("probe_budget", "must be >= 0.5 seconds (the probes need time to measure)")
+        return self
+
+    def resolve(self) -> TrainConfig:
+        """A validated copy with the ``auto`` values filled in (devices, policy delay)."""
+        from spreeze_like.devices import resolve_devices  # local: keeps torch out of config import
+
+        self.validate()
+        actor_device, critic_device = resolve_devices(self.actor_device, self.critic_device)
+        delay = self.policy_delay or (2 if self.algo == "td3" else 1)
+        return dataclasses.replace(self, actor_device=actor_device, critic_device=critic_device, policy_delay=delay)
+
+    # --- JSON ------------------------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        """Plain JSON-able dict (tuples become lists)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any], source: str = "config") -> TrainConfig:
+        """Build from a dict, rejecting unknown keys and wrongly typed values with one line."""
+        return dataclasses.replace(cls(), **_coerce_fields(cls, data, source))
+
+    @classmethod
+    def from_json_file(cls, path: str | Path) -> TrainConfig:
+        return cls.from_dict(load_json_file(path), source=str(path))
+
+
+# --- helpers shared by JSON and argparse -------------------------------------------------------------
+def _field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    """``Optional[X]`` -> (X, True); anything else -> (tp, False)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return tp, False
+
+
+def _coerce(name: str, tp: Any, value: Any, source: str) -> Any:
+    base, optional = _unwrap_optional(tp)
+    if value is None and optional:
+        return None
+    ok = True
+    if base is bool:
+        ok = isinstance(value, bool)
+    elif base is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif base is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif base is str:
+        ok = isinstance(value, str)
+    elif typing.get_origin(base) is tuple:
+        ok = isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        value = tuple(value) if ok else value
+    if not ok:
+        raise ConfigError(
+            f"{source}: {name} = {value!r} has the wrong type; expected {getattr(base, '__name__', base)}"
+        )
+    return value
+
+
+def _coerce_fields(cls: type, data: dict[str, Any], source: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a JSON object of settings")
+    hints = _field_types(cls)
+    unknown = sorted(set(data) - set(hints))
+    if unknown:
+        raise ConfigError(f"{source}: unknown setting(s) {', '.join(unknown)}; see python -m spreeze_like.run --help")
+    return {k: _coerce(k, hints[k], v, source) for k, v in data.items()}
+
+
+def load_json_file(path: str | Path) -> dict[str, Any]:
+    """Read a JSON config file; any problem is a one-line ConfigError."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+
+
+# --- dataclass -> argparse bridge ---------------------------------------------------------------------
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad flag as one ``error: ...`` line on stderr and exits with status 2."""
+
+    def error(self, message: str) -> typing.NoReturn:  # argparse's own contract
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+
+
+def _auto_or(base: type) -> Any:
+    def parse(text: str) -> Any:
+        return None if text.lower() in ("auto", "none") else base(text)
+
+    parse.__name__ = base.__name__
+    return parse
+
+
+def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
+    """Add one ``--flag`` per dataclass field, with its help line and default.
+
+    Defaults are ``argparse.SUPPRESS`` so that the parsed namespace holds only the flags the user
+    typed; :func:`parse_cli` layers them over config files and saved configs.
+    """
+    hints = _field_types(cls)
+    for f in dataclasses.fields(cls):
+        flag = "--" + f.name.replace("_", "-")
+        base, optional = _unwrap_optional(hints[f.name])
+        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
+        shown = "auto" if default is None else (" ".join(map(str, default)) if isinstance(default, tuple) else default)
+        kwargs: dict[str, Any] = {
+            "help": f"{f.metadata.get('help', '')} (default: {shown})",
+            "default": argparse.SUPPRESS,
+            "dest": f.name,
+        }
+        if base is bool:
+            kwargs["action"] = argparse.BooleanOptionalAction
+        elif typing.get_origin(base) is tuple:
+            kwargs.update(nargs="+", type=int, metavar="N")
+        else:
+            kwargs["type"] = _auto_or(base) if optional else base
+            kwargs["metavar"] = f.metadata.get("metavar", {int: "N", float: "X", str: "S"}.get(base, "V"))
+            if "choices" in f.metadata:
+                kwargs["choices"] = f.metadata["choices"]
+                kwargs.pop("metavar")
+        parser.add_argument(flag, **kwargs)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineParser(
+        prog="python -m spreeze_like.run",
+        description="Train an off-policy actor-critic agent (SAC, TD3, DDPG) on a gymnasium env.",
+    )
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help="JSON file of settings (keys are the field names below, e.g. total_steps)",
+    )
+    add_dataclass_arguments(parser, TrainConfig)
+    return parser
+
+
+def parse_cli(argv: list[str] | None = None) -> TrainConfig:
+    """Parse flags into a validated TrainConfig (not yet resolved).
+
+    On ``--resume RUN_DIR`` the saved ``RUN_DIR/config.json`` is the base, and only the flags typed
+    now override it.
+    """
+    return parse_cli_explicit(argv)[0]
+
+
+def parse_cli_explicit(argv: list[str] | None = None) -> tuple[TrainConfig, frozenset[str]]:
+    """:func:`parse_cli`, plus the names of the fields the user set: flags typed, ``--config`` keys and,
+    on ``--resume``, every saved setting (``--autotune`` never overrides any of them)."""
+    ns = vars(build_parser().parse_args(sys.argv[1:] if argv is None else argv))
+    config_file = ns.pop("config", None)
+    merged: dict[str, Any] = {}
+    if config_file:
+        merged.update(load_json_file(config_file))
+        _coerce_fields(TrainConfig, merged, config_file)  # reject unknown keys early, naming the file
+    resume = ns.get("resume") or merged.get("resume")
+    if resume:
+        saved_path = Path(resume) / "config.json"
+        if not saved_path.is_file():
+            raise ConfigError(f"--resume {resume}: no config.json there; give a run folder made by spreeze_like")
+        merged.update(load_json_file(saved_path))
+    explicit = frozenset(merged) | frozenset(ns)
+    merged.update(ns)
+    merged["resume"] = resume or ""
+    return TrainConfig.from_dict(merged).validate(), explicit

@@ -1,0 +1,54 @@
+"""Device choice for the two learners.
+
+``auto`` follows the agreed layout: two or more GPUs put the actor learner on ``cuda:0`` and the
+critic learner on ``cuda:1`` (each gets a whole device); one GPU holds both; no GPU means CPU.
+An explicit device that this machine does not have is a ConfigError, not a silent fallback: a
+user who asked for a GPU and silently got the CPU would only find out from a slow run.
+
+The GPU count comes from :func:`cuda_device_count`, one function, so tests can mock it.
+"""
+
+from __future__ import annotations
+
+from spreeze_like.errors import ConfigError
+
+
+def cuda_device_count() -> int:
+    """Number of usable CUDA devices (0 when torch has no CUDA)."""
+    import torch
+
+    try:
+        return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    except RuntimeError:  # a broken driver reads as "no GPU", the explicit-device check then explains
+        return 0
+
+
+def _check(name: str, device: str, count: int) -> str:
+    if device == "cuda":
+        device = "cuda:0"
+    if device.startswith("cuda:"):
+        index = int(device.split(":", 1)[1])
+        if count == 0:
+            raise ConfigError(f"--{name} {device}: CUDA is not available on this machine; use --{name} cpu or auto")
+        if index >= count:
+            raise ConfigError(f"--{name} {device}: this machine has {count} GPU(s) (cuda:0..cuda:{count - 1})")
+    if device == "mps":
+        import torch
+
+        if not torch.backends.mps.is_available():
+            raise ConfigError(f"--{name} mps: MPS is not available on this machine; use --{name} cpu or auto")
+    return device
+
+
+def resolve_devices(actor_device: str, critic_device: str, count: int | None = None) -> tuple[str, str]:
+    """Resolve ``auto`` and check explicit devices; returns (actor_device, critic_device)."""
+    count = cuda_device_count() if count is None else count
+    if count >= 2:
+        auto_actor, auto_critic = "cuda:0", "cuda:1"
+    elif count == 1:
+        auto_actor = auto_critic = "cuda:0"
+    else:
+        auto_actor = auto_critic = "cpu"
+    actor = auto_actor if actor_device == "auto" else _check("actor-device", actor_device, count)
+    critic = auto_critic if critic_device == "auto" else _check("critic-device", critic_device, count)
+    return actor, critic

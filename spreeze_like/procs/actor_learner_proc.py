@@ -1,0 +1,106 @@
+"""Actor-learner process (``actor-learner``): policy updates paced by the critic learner's count.
+
+Builds the existing :class:`~spreeze_like.roles.actor_learner.ActorLearner` with shared-memory
+ports: a uniform sampler over the shared replay storage (read-only: the critic process is its one
+writer), the critic board as its critic source, the actor board as its sink (read by samplers, the
+evaluator and the critic), its stats row.
+
+Loop (every iteration beats the heartbeat and serves checkpoint requests):
+
+- ``RUN``/``FINISH``: do the actor updates owed after the critic's total update count
+  (``ActorLearner.updates_due``, i.e. one per ``policy_delay`` critic updates, the serial count);
+  otherwise wait (``wait_s``). In ``FINISH``, once the critic is ``DONE`` and nothing is owed, idle
+  (``DONE``).
+- ``HALT``: the update in hand is finished, flush, idle (``DONE``).
+- ``EXIT``: return.
+
+Creates nothing shared; if it dies, the supervisor ends the run with the last good checkpoint.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from spreeze_like.algos.base import AlgoSpec
+from spreeze_like.envs import env_info
+from spreeze_like.procs.control import DONE, EXIT, FINISH, HALT, RUNNING, WAITING, ChildArgs, Control, Napper, set_state
+from spreeze_like.procs.critic_learner_proc import restore
+from spreeze_like.procs.parts import write_part
+from spreeze_like.procs.segments import Attached
+from spreeze_like.replay import UniformSampler
+from spreeze_like.roles.actor_learner import ActorLearner
+from spreeze_like.seeding import derive_seed, seed_process
+
+
+def run(args: ChildArgs) -> None:
+    """Process body (called by :func:`spreeze_like.procs.control.child_main`)."""
+    cfg = args.config
+    seed_process(cfg.seed, f"actor-learner/{args.generation}")
+    info = env_info(cfg.env)
+    spec = AlgoSpec.from_config(cfg, info.obs_dim, info.act_dim)
+    with Attached(args.segments) as shm:
+        block = shm.stats()
+        row = block.role(args.role)
+        row.claim()
+        storage = shm.storage()
+        sampler = UniformSampler(storage, seed=derive_seed(cfg.seed, "replay/actor", 0, args.generation))
+        learner = ActorLearner(spec, cfg.actor_device, sampler, shm.board("critic", "reader"),
+                               shm.board("actor", "writer"), row, cfg.batch_size, cfg.weight_sync_period)
+        restore(learner, args, args.role)
+        ActorLoop(args, learner, storage, Control(block), row, block.role("critic-learner")).run()
+
+
+class ActorLoop:
+    """The actor process's loop; see the module docstring."""
+
+    def __init__(self, args: ChildArgs, learner: ActorLearner, storage: Any, control: Control, row: Any,
+                 critic_row: Any) -> None:
+        self.args, self.learner, self.storage = args, learner, storage
+        self.control, self.row, self.critic_row = control, row, critic_row
+        self.batch_size = args.config.batch_size
+        self.ckpt_ack = 0
+
+    def run(self) -> None:
+        row, napper = self.row, Napper()
+        row.set("total_updates", float(self.learner.updates))
+        set_state(row, RUNNING)
+        flushed = False
+        while True:
+            row.beat()
+            self._serve_checkpoint()
+            phase = self.control.phase()
+            if phase == EXIT:
+                return
+            if phase == HALT:
+                flushed = self._idle(flushed, napper)
+                continue
+            flushed = False
+            critic_total = int(self.critic_row.get("total_updates"))
+            if self.learner.updates_due(critic_total) > 0 and self.storage.size >= self.batch_size:
+                napper.reset()
+                set_state(row, RUNNING)
+                t = time.perf_counter()
+                self.learner.update()
+                row.add("update_s", time.perf_counter() - t)
+                row.set("total_updates", float(self.learner.updates))
+            elif phase == FINISH and self.critic_row.get("done"):  # the critic's count is final
+                flushed = self._idle(flushed, napper)
+            else:
+                set_state(row, WAITING)
+                row.add("wait_s", napper.nap())
+
+    def _idle(self, flushed: bool, napper: Napper) -> bool:
+        if not flushed:
+            self.learner.flush()
+            set_state(self.row, DONE)
+        napper.nap()
+        return True
+
+    def _serve_checkpoint(self) -> None:
+        request = self.control.ckpt_request()
+        if request > self.ckpt_ack:
+            self.learner.flush()
+            write_part(self.args.run_dir, request, self.args.role, {"learner": self.learner.state_dict()})
+            self.ckpt_ack = request
+            self.row.set("ckpt_ack", float(request))

@@ -1,0 +1,155 @@
+"""The supervisor's handle on one role's process: spawn, death detection, restart with back-off, stop.
+
+Who owns what: the supervisor creates every child through :meth:`RoleProcess.start` (``spawn``
+context, ``daemon=True`` so multiprocessing's own exit hook terminates any child the supervisor's
+``finally`` missed) and is the only process that joins, terminates or kills them. Children die
+with the supervisor even when it is SIGKILLed (``PR_SET_PDEATHSIG`` armed first thing in
+:func:`~spreeze_like.procs.control.child_main`).
+
+A child is started with SIGINT ignored from its very first instruction: the disposition
+``SIG_IGN`` survives ``exec``, so a Ctrl-C that reaches the whole process group while a child is
+still importing torch cannot kill it with a traceback; the supervisor alone turns Ctrl-C into an
+orderly stop. (A blocked signal mask would not help: the spawn start method resets it.)
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing.context import BaseContext
+from typing import Any
+
+from spreeze_like.procs.control import ChildArgs, child_main
+from spreeze_like.procs.pacing import backoff_s
+
+STABLE_S = 60.0  # a child that lived this long before dying starts its back-off from the beginning again
+
+
+def start_ignoring_sigint(process: Any) -> None:
+    """``process.start()`` with SIGINT ignored in the child from birth; the parent's Ctrl-C is kept.
+
+    SIGINT is blocked around the switch so a Ctrl-C in that instant stays pending (Linux never
+    discards a blocked signal at generation) and reaches the parent's handler right after.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        process.start()  # signal dispositions can only be changed from the main thread
+        return
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    old_handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        process.start()
+    finally:
+        signal.signal(signal.SIGINT, old_handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """``exit status 1`` or ``killed by SIGKILL``."""
+    if exitcode is None:
+        return "still running"
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit status {exitcode}"
+
+
+class RoleProcess:
+    """One role's process over the run, across restarts.
+
+    Args:
+        ctx: the ``spawn`` multiprocessing context.
+        role: role name (``sampler-0``, ``critic-learner``, ...).
+        module: module under ``spreeze_like.procs`` whose ``run(args)`` is the body.
+        make_args: builds the child's arguments for a given restart count.
+        restartable: restart after a death (samplers, evaluator, monitor) or end the run (learners).
+        max_restarts: restarts allowed in this session before a death ends the run after all.
+    """
+
+    def __init__(self, ctx: BaseContext, role: str, module: str, make_args: Callable[[int], ChildArgs],
+                 restartable: bool, max_restarts: int = 20) -> None:
+        self.ctx, self.role, self.module, self.make_args = ctx, role, module, make_args
+        self.restartable, self.max_restarts = restartable, max_restarts
+        self.process: Any = None
+        self.restarts = 0  # restarts done in this session
+        self.failures = 0  # deaths in a row, each within STABLE_S of its start: drives the back-off
+        self.started_at = 0.0
+        self.restart_at: float | None = None
+        self.last_exit: int | None = None
+        self.death_handled = False
+
+    # --- lifecycle -----------------------------------------------------------------------------------
+    def start(self) -> None:
+        args = self.make_args(self.restarts)
+        self.process = self.ctx.Process(target=child_main, args=(self.module, args), name=self.role, daemon=True)
+        start_ignoring_sigint(self.process)
+        self.started_at = time.monotonic()
+        self.restart_at = None
+        self.death_handled = False
+
+    @property
+    def pid(self) -> int | None:
+        return self.process.pid if self.process is not None else None
+
+    @property
+    def alive(self) -> bool:
+        return self.process is not None and self.process.is_alive()
+
+    @property
+    def sentinel(self) -> int | None:
+        return self.process.sentinel if self.alive else None
+
+    def new_death(self) -> bool:
+        """True once for each death of the current process (its exit code is then in ``last_exit``)."""
+        if self.process is None or self.death_handled or self.process.is_alive():
+            return False
+        self.process.join(0)
+        self.last_exit = self.process.exitcode
+        self.death_handled = True
+        return True
+
+    def schedule_restart(self, now: float) -> float:
+        """Plan the next start after a death; returns the back-off delay in seconds."""
+        self.failures = self.failures + 1 if now - self.started_at < STABLE_S else 1
+        delay = backoff_s(self.failures)
+        self.restart_at = now + delay
+        return delay
+
+    def restart_due(self, now: float) -> bool:
+        return self.restart_at is not None and now >= self.restart_at
+
+    def restart(self) -> None:
+        self.restarts += 1
+        self.start()
+
+    def kill_now(self) -> None:
+        """SIGKILL (a hung child, or a forced exit)."""
+        if self.alive:
+            self.process.kill()
+
+    def stop(self, deadline: float) -> None:
+        """Wait for the child's own exit until ``deadline``, then SIGTERM, then SIGKILL; always reaps it."""
+        if self.process is None:
+            return
+        self.process.join(max(0.0, deadline - time.monotonic()))
+        if self.process.is_alive():
+            self.process.terminate()
+            self.process.join(2.0)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(2.0)
+        if not self.death_handled and not self.process.is_alive():
+            self.last_exit = self.process.exitcode
+            self.death_handled = True
+
+    def state(self) -> str:
+        if self.process is None:
+            return "not started"
+        if self.alive:
+            return "alive"
+        if self.restart_at is not None:
+            return "restarting"
+        return "exited"

@@ -1,0 +1,190 @@
+"""The control protocol of a parallel run, the stats-block schema, and the children's entry point.
+
+Control words live in the stats block (one shared segment, kind ``ctl``), in a ``control`` row that
+only the supervisor writes; every child reads it in its loop (a few aligned 8-byte loads):
+
+- ``phase``: :data:`RUN` (train), :data:`FINISH` (samplers stop; learners catch up to the UTD
+  budget on the data already collected, then idle), :data:`HALT` (samplers stop; learners finish
+  the update in hand and idle: Ctrl-C, SIGTERM, a failure), :data:`EXIT` (every child returns).
+- ``ckpt_request``: a sequence number; a learner whose ``ckpt_ack`` is lower writes its part
+  of checkpoint ``ckpt_request`` (see :mod:`spreeze_like.procs.parts`) and then sets ``ckpt_ack``.
+- ``eval_request`` / ``eval_step``: the evaluator runs an evaluation at ``eval_step`` and sets
+  ``eval_ack`` (the final evaluation).
+
+Each role reports its progress in the state word of its own row (:data:`STARTING` ...
+:data:`DONE`), and beats its heartbeat in every loop, waits included. One writer per row, so no
+locks; a reader may see values of different rows from slightly different moments, which the
+protocol tolerates (every wait re-reads).
+
+:func:`child_main` is the target of every spawned process: it arms the parent-death signal,
+ignores SIGINT (the supervisor orchestrates shutdown), sets the torch threads, runs the role, and
+turns a user-facing :class:`~spreeze_like.errors.SpreezeError` into a one-line message file plus
+exit status :data:`EXIT_USER_ERROR` that the supervisor re-raises. A child creates no segment and
+no process: if it crashes, only its own mapping goes; the supervisor decides what happens next.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spreeze_like.metrics import role_names, stats_schema
+
+# --- phases (control row) and role states (each row's state word) ---------------------------------
+RUN, FINISH, HALT, EXIT = 0, 1, 2, 3
+STARTING, RUNNING, WAITING, DONE = 0, 1, 2, 3
+STATE_NAMES = {STARTING: "starting", RUNNING: "running", WAITING: "waiting", DONE: "done"}
+
+EXIT_USER_ERROR = 3  # a child's SpreezeError: the message is in its error file, the run ends with it
+
+CONTROL = "control"
+SUPERVISOR = "supervisor"
+MONITOR = "monitor"
+
+# Slots the parallel mode adds to the roles of ``metrics.stats_schema`` (all float64, like theirs).
+_EXTRA_SLOTS: dict[str, tuple[str, ...]] = {
+    "sampler": ("done", "pace_wait_s", "ring_waits", "ring_wait_s"),
+    "critic-learner": ("done", "total_updates", "allowance", "ckpt_ack", "update_s", "drain_s", "data_wait_s",
+                       "actor_wait_s", "learn_t0", "learn_t1", "learn_cpu_s", "drained_rows"),
+    "actor-learner": ("done", "total_updates", "ckpt_ack", "update_s", "wait_s"),
+    "evaluator": ("done", "eval_ack"),
+    "replay": (),
+}
+_NEW_ROLES: dict[str, tuple[str, ...]] = {
+    CONTROL: ("phase", "ckpt_request", "eval_request", "eval_step"),
+    SUPERVISOR: ("restarts", "env_steps"),
+    MONITOR: ("done",),
+}
+
+
+def parallel_schema(samplers: int) -> dict[str, list[str]]:
+    """The serial mode's stats slots plus the parallel mode's control, timing and ack slots."""
+    schema = stats_schema(samplers)
+    for role in role_names(samplers):
+        kind = "sampler" if role.startswith("sampler") else role
+        schema[role] = schema[role] + [s for s in _EXTRA_SLOTS[kind] if s not in schema[role]]
+    for role, slots in _NEW_ROLES.items():
+        schema[role] = list(slots)
+    return schema
+
+
+def set_state(row: Any, state: int) -> None:
+    """Set a role's state word and its ``done`` slot (what other roles poll: one float load)."""
+    row.set_state(state)
+    row.set("done", 1.0 if state == DONE else 0.0)
+
+
+class Control:
+    """A child's read-only view of the control row (the supervisor writes it through ``StatsBlock.role``)."""
+
+    def __init__(self, block: Any) -> None:
+        self._row = block.role(CONTROL)
+
+    def phase(self) -> int:
+        return int(self._row.get("phase"))
+
+    def ckpt_request(self) -> int:
+        return int(self._row.get("ckpt_request"))
+
+    def eval_request(self) -> tuple[int, int]:
+        """(request number, env step to evaluate at)."""
+        return int(self._row.get("eval_request")), int(self._row.get("eval_step"))
+
+
+class Napper:
+    """Back-off sleeps for polling loops: 20 us doubling to ``max_s``; :meth:`reset` after progress.
+
+    Waits in this design are short (a learner waits for one more transition, a sampler for one more
+    update), so the first naps are tiny; a long wait settles at ``max_s`` and costs no CPU.
+    """
+
+    def __init__(self, max_s: float = 1e-3) -> None:
+        self.max_s, self._nap = max_s, 0.0
+
+    def nap(self) -> float:
+        """Sleep once; returns the seconds slept (for the wait-time counters)."""
+        self._nap = min(self.max_s, max(2e-5, self._nap * 2))
+        t = time.perf_counter()
+        time.sleep(self._nap)
+        return time.perf_counter() - t
+
+    def reset(self) -> None:
+        self._nap = 0.0
+
+
+@dataclass
+class ChildArgs:
+    """Everything a spawned role needs (pickled by ``spawn``: plain values and paths only).
+
+    Attributes:
+        role: role name (``sampler-0``, ``critic-learner``, ...).
+        index: sampler index (0 for other roles).
+        config: the resolved :class:`~spreeze_like.config.TrainConfig`.
+        segments: the run's :class:`~spreeze_like.procs.segments.RunSegments` (names and shapes).
+        run_dir: the run folder.
+        parent_pid: the supervisor's pid (the parent-death check compares with it).
+        start_step: global env step this session starts from (0, or the resumed checkpoint's).
+        checkpoint_path: checkpoint to restore this role's state from (resume), or None.
+        generation: resume count (seeds differ per session).
+        restarts: how often this role was restarted in this session (seeds differ per restart).
+        extra: role-specific settings (sampler quota, pacing constants, ...).
+    """
+
+    role: str
+    index: int
+    config: Any
+    segments: Any
+    run_dir: str
+    parent_pid: int
+    start_step: int = 0
+    checkpoint_path: str | None = None
+    generation: int = 0
+    restarts: int = 0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def error_file(run_dir: str | Path, role: str) -> Path:
+    """Where a child leaves its one-line user-facing error for the supervisor."""
+    return Path(run_dir) / f".error.{role}.txt"
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)
+
+
+def child_main(module: str, args: ChildArgs) -> None:
+    """Entry point of every spawned role process: ``spreeze_like.procs.<module>.run(args)``."""
+    from spreeze_like.errors import SpreezeError
+    from spreeze_like.ipc import child_setup
+
+    child_setup(args.parent_pid)  # dies with the supervisor; Ctrl-C is the supervisor's business
+    # The supervisor's SIGTERM (a child that missed its exit deadline) unwinds like an exception, so
+    # ``finally`` blocks still run: the monitor closes its event files instead of losing them.
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    import torch
+
+    torch.set_num_threads(args.config.torch_threads if args.role.endswith("learner") else 1)
+    try:
+        importlib.import_module(f"spreeze_like.procs.{module}").run(args)
+    except SpreezeError as exc:
+        error_file(args.run_dir, args.role).write_text(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        _fast_exit(EXIT_USER_ERROR)
+    _fast_exit(0)
+
+
+def _fast_exit(status: int) -> None:
+    """Exit now, skipping interpreter finalisation.
+
+    The role's ``finally`` blocks have run (mappings closed, event files closed); what is left is
+    tearing down torch's module state, which on a loaded machine takes seconds of CPU and would
+    delay the supervisor's join. A child owns nothing that finalisation would clean up.
+    """
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

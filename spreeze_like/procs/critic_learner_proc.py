@@ -1,0 +1,191 @@
+"""Critic-learner process (``critic-learner``): the feeder, twin-Q updates at the UTD ratio, priorities.
+
+Builds the existing :class:`~spreeze_like.roles.critic_learner.CriticLearner` with shared-memory
+ports: a replay sampler over the shared storage (prioritized over the shared sum tree, or uniform),
+the actor board as its actor source, the critic board as its sink, its stats row. It is also the
+replay storage's one writer: its :class:`~spreeze_like.procs.feeder.RingFeeder` drains the rings
+between updates (docs/parallel.md has the measurement behind running it inline).
+
+Loop (every iteration beats the heartbeat and serves checkpoint requests):
+
+- ``RUN``/``FINISH``: drain the rings (in batches: when the budget is spent or ``lead`` records
+  wait); update while the UTD budget allows
+  (:func:`~spreeze_like.procs.pacing.critic_budget`) and the actor is not too far behind; after each
+  update publish the new allowance for the samplers. Without budget, wait (``data_wait_s``). In
+  ``FINISH``, once the rings are empty and the budget is spent, flush metrics and idle (``DONE``).
+- ``HALT``: the update in hand is finished (the loop is single-threaded), flush, idle (``DONE``).
+- ``EXIT``: return.
+
+Timing slots for ``tools/bench_learner_rate.py``: ``update_s`` (inside ``update()``), ``drain_s``,
+``data_wait_s``, ``actor_wait_s``, and the learning window ``learn_t0``/``learn_t1`` with the
+process CPU seconds spent in it (``learn_cpu_s``). Creates nothing shared; if it dies, the
+supervisor ends the run (a learner's state since the last checkpoint cannot be rebuilt).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+from spreeze_like.algos.base import AlgoSpec
+from spreeze_like.checkpoint import load_checkpoint
+from spreeze_like.envs import env_info
+from spreeze_like.errors import CheckpointError, ConfigError
+from spreeze_like.procs import pacing
+from spreeze_like.procs.control import DONE, EXIT, FINISH, HALT, RUNNING, WAITING, ChildArgs, Control, Napper, set_state
+from spreeze_like.procs.feeder import FeederThread, RingFeeder
+from spreeze_like.procs.parts import write_part
+from spreeze_like.procs.segments import Attached
+from spreeze_like.roles.critic_learner import CriticLearner
+from spreeze_like.roles.replay_writer import ReplayWriter
+from spreeze_like.seeding import derive_seed, seed_process
+
+FEEDER_MODES = ("inline", "thread")
+
+
+def feeder_mode() -> str:
+    """``SPREEZE_FEEDER`` (benchmark knob): ``inline`` (default) or ``thread``."""
+    mode = os.environ.get("SPREEZE_FEEDER", "inline")
+    if mode not in FEEDER_MODES:
+        raise ConfigError(f"SPREEZE_FEEDER={mode!r} is invalid; use one of {', '.join(FEEDER_MODES)} or unset it")
+    return mode
+
+
+def build_sampler(cfg: Any, shm: Attached, storage: Any, generation: int) -> Any:
+    """The critic's replay sampler over shared memory, set up like the serial mode's ``build_replay``."""
+    from spreeze_like.replay import PrioritizedConfig, PrioritizedSampler, UniformSampler
+
+    seed = derive_seed(cfg.seed, "replay/critic", 0, generation)
+    if not cfg.prioritized:
+        return UniformSampler(storage, seed=seed)
+    expected_updates = max(1, int((cfg.total_steps - cfg.learning_starts) * cfg.utd))
+    per = PrioritizedConfig(alpha=cfg.priority_alpha, beta0=cfg.priority_beta, beta_steps=expected_updates)
+    return PrioritizedSampler(storage, shm.tree(seed), per, seed=seed)
+
+
+def restore(learner: Any, args: ChildArgs, role: str) -> None:
+    """Load ``role``'s state from the resumed checkpoint; a mismatch is a one-line CheckpointError."""
+    if not args.checkpoint_path:
+        return
+    try:
+        learner.load_state_dict(load_checkpoint(args.checkpoint_path)["roles"][role])
+    except (RuntimeError, KeyError, ValueError) as exc:  # other hidden sizes, say
+        first = str(exc).strip().splitlines()[0][:200]
+        raise CheckpointError(f"{args.checkpoint_path} does not fit this config ({first}); resume with the "
+                              "settings of the run that wrote it") from None
+
+
+def run(args: ChildArgs) -> None:
+    """Process body (called by :func:`spreeze_like.procs.control.child_main`)."""
+    cfg = args.config
+    mode = feeder_mode()
+    seed_process(cfg.seed, f"critic-learner/{args.generation}")
+    info = env_info(cfg.env)
+    spec = AlgoSpec.from_config(cfg, info.obs_dim, info.act_dim)
+    with Attached(args.segments) as shm:
+        block = shm.stats()
+        row = block.role(args.role)
+        row.claim()
+        storage = shm.storage()
+        sampler = build_sampler(cfg, shm, storage, args.generation)
+        writer = ReplayWriter(sampler, args.segments.layout, block.role("replay"))
+        feeder = RingFeeder([shm.ring(i, "reader") for i in range(cfg.samplers)], writer, row)
+        learner = CriticLearner(spec, cfg.critic_device, sampler, shm.board("actor", "reader"),
+                                shm.board("critic", "writer"), row, cfg.batch_size, cfg.weight_sync_period,
+                                cfg.prioritized)
+        restore(learner, args, args.role)
+        loop = CriticLoop(args, learner, feeder, storage, Control(block), row, block.role("actor-learner"))
+        thread = FeederThread(feeder) if mode == "thread" else None
+        try:
+            loop.run(thread)
+        finally:
+            if thread is not None:
+                thread.stop()
+
+
+class CriticLoop:
+    """The critic process's loop; see the module docstring."""
+
+    def __init__(self, args: ChildArgs, learner: CriticLearner, feeder: RingFeeder, storage: Any, control: Control,
+                 row: Any, actor_row: Any) -> None:
+        cfg = args.config
+        self.args, self.learner, self.feeder, self.storage = args, learner, feeder, storage
+        self.control, self.row, self.actor_row = control, row, actor_row
+        self.start = pacing.learn_after(cfg.batch_size, cfg.learning_starts)
+        self.utd, self.lead, self.delay = cfg.utd, int(args.extra["lead"]), max(1, cfg.policy_delay)
+        self.session = 0
+        self.ckpt_ack = 0
+        self.t0: float | None = None
+        self.cpu0 = 0.0
+
+    def run(self, thread: FeederThread | None) -> None:
+        row, napper = self.row, Napper()
+        row.set("total_updates", float(self.learner.updates))
+        row.set("allowance", float(pacing.data_allowance(0, self.start, self.utd, self.lead)))
+        set_state(row, RUNNING)
+        flushed = False
+        while True:
+            row.beat()
+            self._serve_checkpoint()
+            phase = self.control.phase()
+            if phase == EXIT:
+                return
+            if thread is not None:
+                thread.check()
+            if phase == HALT:
+                flushed = self._idle(flushed, napper)
+                continue
+            flushed = False
+            has_budget = self.session < pacing.critic_budget(self.storage.inserted, self.start, self.utd)
+            # Drain in batches: when the budget is spent (the next update needs data) or a lead's worth
+            # waits. A drain's cost is mostly per call, so one row per update would cost ~5 % of the
+            # critic's time on a small network; a batch of ~lead rows makes it negligible.
+            if thread is None and (not has_budget or self.feeder.backlog() >= self.lead):
+                self.feeder.drain()
+                has_budget = self.session < pacing.critic_budget(self.storage.inserted, self.start, self.utd)
+            if has_budget:
+                actor_total = int(self.actor_row.get("total_updates"))
+                if pacing.actor_lag(self.learner.updates, actor_total, self.delay) > pacing.MAX_ACTOR_LAG:
+                    set_state(row, WAITING)
+                    row.add("actor_wait_s", napper.nap())
+                    continue
+                napper.reset()
+                self._update()
+            elif phase == FINISH and self.feeder.empty():  # FINISH: all data is in and learned from
+                flushed = self._idle(flushed, napper)
+            else:
+                set_state(row, WAITING)
+                row.add("data_wait_s", napper.nap())
+
+    def _update(self) -> None:
+        row = self.row
+        if self.t0 is None:
+            self.t0, self.cpu0 = time.monotonic(), time.process_time()
+            row.set("learn_t0", self.t0)
+        set_state(row, RUNNING)
+        t = time.perf_counter()
+        self.learner.update()
+        t1 = time.perf_counter()
+        self.session += 1
+        row.add("update_s", t1 - t)
+        row.set("total_updates", float(self.learner.updates))
+        row.set("allowance", float(pacing.data_allowance(self.session, self.start, self.utd, self.lead)))
+        row.set("learn_t1", time.monotonic())
+        row.set("learn_cpu_s", time.process_time() - self.cpu0)
+
+    def _idle(self, flushed: bool, napper: Napper) -> bool:
+        if not flushed:
+            self.learner.flush()
+            set_state(self.row, DONE)
+        napper.nap()
+        return True
+
+    def _serve_checkpoint(self) -> None:
+        request = self.control.ckpt_request()
+        if request > self.ckpt_ack:
+            self.learner.flush()
+            write_part(self.args.run_dir, request, self.args.role,
+                       {"learner": self.learner.state_dict(), "session_updates": self.session})
+            self.ckpt_ack = request
+            self.row.set("ckpt_ack", float(request))

@@ -1,0 +1,98 @@
+"""Evaluator process (``evaluator``): deterministic episodes with the newest actor weights.
+
+Runs the existing :class:`~spreeze_like.roles.evaluator.Evaluator` with the actor board (reader)
+as its weights source and its stats row as its stats writer:
+
+- every ``eval_every`` global env steps (the samplers' counters in the stats block, plus the
+  step the session started from), while the phase is ``RUN``;
+- on the supervisor's request (``eval_request``/``eval_step`` in the control row: the final
+  evaluation), after which it sets ``eval_ack``.
+
+Each result is appended as one JSON line to ``<run_dir>/evals.jsonl`` (env step, mean return, every
+episode's return and length, the actor version evaluated); the supervisor reads it for the run's
+result and the checkpoint's evaluation history, the monitor gets ``eval/episodic_return`` from the
+stats row. It runs at normal priority: an evaluation is a short burst (one batched forward per
+step for all episodes), and a niced evaluator starves on a loaded machine, where the final
+evaluation is on the run's critical path. Creates nothing shared; the supervisor restarts it
+with back-off if it dies.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+from spreeze_like.algos.base import AlgoSpec
+from spreeze_like.envs import env_info
+from spreeze_like.procs.control import EXIT, RUN, RUNNING, ChildArgs, Control, set_state
+from spreeze_like.procs.segments import Attached
+from spreeze_like.roles.evaluator import EvalResult, Evaluator
+
+EVALS_FILE = "evals.jsonl"
+
+
+def append_result(run_dir: str | Path, result: EvalResult) -> None:
+    """One line per evaluation; a line is written whole with one ``write`` call (appends are atomic)."""
+    line = json.dumps({"env_step": result.env_step, "mean_return": result.mean_return,
+                       "returns": list(result.returns), "lengths": list(result.lengths), "version": result.version})
+    with open(Path(run_dir) / EVALS_FILE, "a") as f:
+        f.write(line + "\n")
+
+
+def read_results(run_dir: str | Path) -> list[dict]:
+    """Every evaluation recorded in the run folder (a torn last line from a crash is skipped)."""
+    path = Path(run_dir) / EVALS_FILE
+    if not path.is_file():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        try:
+            out.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return out
+
+
+def run(args: ChildArgs) -> None:
+    """Process body (called by :func:`spreeze_like.procs.control.child_main`)."""
+    cfg = args.config
+    info = env_info(cfg.env)
+    spec = AlgoSpec.from_config(cfg, info.obs_dim, info.act_dim)
+    with Attached(args.segments) as shm:
+        block = shm.stats()
+        row = block.role(args.role)
+        row.claim()
+        control = Control(block)
+        sampler_rows = [block.role(r) for r in block.roles if r.startswith("sampler-")]
+        evaluator = Evaluator(cfg.env, spec, shm.board("actor", "reader"), row, cfg.eval_episodes)
+        ack = int(row.get("eval_ack"))  # a restarted evaluator does not repeat an answered request
+
+        def global_step() -> int:
+            return args.start_step + int(sum(r.get("env_steps") for r in sampler_rows))
+
+        every = cfg.eval_every
+        next_eval = (global_step() // every + 1) * every if every > 0 else math.inf
+        set_state(row, RUNNING)
+        try:
+            while True:
+                row.beat()
+                phase = control.phase()
+                if phase == EXIT:
+                    return
+                request, step = control.eval_request()
+                if request > ack:
+                    append_result(args.run_dir, evaluator.evaluate(step))
+                    ack = request
+                    row.set("eval_ack", float(request))
+                    continue
+                step = global_step()
+                # at the last step the supervisor asks for the final evaluation itself (one, not two)
+                if phase == RUN and next_eval <= step < cfg.total_steps:
+                    append_result(args.run_dir, evaluator.evaluate(step))
+                    next_eval = (step // every + 1) * every
+                    continue
+                time.sleep(0.05)
+        finally:
+            evaluator.close()

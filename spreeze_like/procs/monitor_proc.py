@@ -1,0 +1,87 @@
+"""Monitor process (``monitor``): TensorBoard and the console progress line from the stats block.
+
+Runs the existing :class:`~spreeze_like.roles.monitor.Monitor` over ``StatsBlock.snapshot`` (one
+copy of every role's row per write), so the learners' logging cost stays a few float adds per
+update whatever the TensorBoard rate. It adds the scalars only a parallel run has:
+
+- ``ipc/ring_fill`` (records waiting in all rings), ``ipc/ring_full_waits`` (sampler writes that
+  found their ring full, total),
+- ``stats/restarts`` (role restarts by the supervisor, total),
+- ``perf/critic_busy`` / ``perf/critic_data_wait`` / ``perf/critic_actor_wait`` (fractions of the
+  period the critic learner spent updating / waiting for data / waiting for the actor),
+  ``perf/sampler_pace_wait`` (fraction of the period the average sampler waited for the learners).
+
+It owns the run's event files: it flushes and closes them when the phase becomes ``EXIT`` (after
+the final evaluation), so nothing is lost on a normal stop or a Ctrl-C. If it is killed, the
+events since the last flush are lost and the supervisor restarts it (a new event file in the same
+folder; TensorBoard merges them). It runs at normal priority: it is light, and a starved monitor
+would leave the user without curves on a busy machine. Creates nothing shared.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from spreeze_like.procs.control import EXIT, RUNNING, SUPERVISOR, ChildArgs, Control, set_state
+from spreeze_like.procs.segments import Attached
+from spreeze_like.roles.monitor import Monitor
+
+
+def _print(line: str) -> None:
+    print(line, flush=True)  # a child's stdout is a pipe or a file more often than a terminal
+
+
+class ParallelScalars:
+    """The parallel-only scalars, as deltas between two snapshots."""
+
+    def __init__(self, rings: list[Any]) -> None:
+        self.rings = rings
+        self.before: Mapping[str, Mapping[str, float]] | None = None
+        self.t_before = time.monotonic()
+
+    def write(self, writer: Any, step: int, snap: Mapping[str, Mapping[str, float]]) -> None:
+        now = time.monotonic()
+        samplers = [r for r in snap if r.startswith("sampler-")]
+        writer.add_scalar("ipc/ring_fill", float(sum(ring.fill() for ring in self.rings)), step)
+        writer.add_scalar("ipc/ring_full_waits", sum(snap[r].get("ring_waits", 0.0) for r in samplers), step)
+        writer.add_scalar("stats/restarts", snap.get(SUPERVISOR, {}).get("restarts", 0.0), step)
+        if self.before is not None:
+            dt = max(now - self.t_before, 1e-9)
+            critic, before = snap.get("critic-learner", {}), self.before.get("critic-learner", {})
+            for tag, key in (("perf/critic_busy", "update_s"), ("perf/critic_data_wait", "data_wait_s"),
+                             ("perf/critic_actor_wait", "actor_wait_s")):
+                writer.add_scalar(tag, (critic.get(key, 0.0) - before.get(key, 0.0)) / dt, step)
+            waits = sum(snap[r].get("pace_wait_s", 0.0) - self.before.get(r, {}).get("pace_wait_s", 0.0)
+                        for r in samplers)
+            writer.add_scalar("perf/sampler_pace_wait", waits / dt / max(1, len(samplers)), step)
+        self.before, self.t_before = snap, now
+
+
+def run(args: ChildArgs) -> None:
+    """Process body (called by :func:`spreeze_like.procs.control.child_main`)."""
+    cfg = args.config
+    with Attached(args.segments) as shm:
+        block = shm.stats()
+        row = block.role(args.role)
+        row.claim()
+        control = Control(block)
+        resumed = args.checkpoint_path is not None
+        monitor = Monitor(args.run_dir, block.snapshot, cfg.to_dict(), cfg.total_steps, start_step=args.start_step,
+                          tb_interval=cfg.tb_interval, log_interval=cfg.log_interval,
+                          purge_step=args.start_step + 1 if resumed and args.restarts == 0 else None,
+                          print_fn=_print)
+        extra = ParallelScalars([shm.ring(i, None) for i in range(cfg.samplers)])
+        nap = min(0.1, max(0.02, cfg.tb_interval / 4))
+        set_state(row, RUNNING)
+        try:
+            while control.phase() != EXIT:
+                row.beat()
+                if monitor.poll():
+                    extra.write(monitor.writer, monitor.global_step(monitor.before), monitor.before)
+                time.sleep(nap)
+        finally:
+            snap = block.snapshot()
+            extra.write(monitor.writer, monitor.global_step(snap), snap)
+            monitor.close()

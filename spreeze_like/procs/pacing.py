@@ -1,0 +1,86 @@
+"""Who waits for whom in a parallel run: the update-to-data ratio, kept by counters, not by luck.
+
+The serial mode does exactly ``utd`` critic updates per transition once replay holds
+``learn_after = max(batch_size, learning_starts)`` transitions. The parallel mode keeps the same
+count with three rules, each a pure function here so that it can be tested alone:
+
+1. **The critic learner waits when ahead of the data**: after ``n`` transitions were inserted
+   into replay in this session it may have done :func:`critic_budget` ``(n)`` updates, the serial
+   count. So learning per env step matches the serial mode, whatever the relative speeds.
+2. **Samplers wait when too far ahead of the learners**: the critic publishes an allowance
+   (:func:`data_allowance`) of transitions the samplers may emit in this session: enough for its
+   next updates plus ``lead``. A sampler steps only while the samplers' emitted total is below
+   it. So the rings and replay never hold more than ``lead`` transitions the learners have not
+   had a chance to learn from, and each transition is collected with a policy at most a few
+   versions old (the logged ``perf/policy_lag``), however much faster the samplers are. (Ring
+   backpressure stays as the safety net: a full ring blocks its writer.)
+3. **The critic waits for the actor** when the actor owes more than ``max_actor_lag`` updates
+   (:func:`actor_lag`), so the actor:critic ratio stays the algorithm's ``policy_delay`` and the
+   critic's copy of the actor stays fresh.
+
+Non-finite transitions that samplers drop are not emitted, so the counts above stay consistent.
+"""
+
+from __future__ import annotations
+
+import math
+
+# Rule 3's bound: the critic may be this many actor updates ahead before it waits. A few updates of
+# slack keep both learners busy through the jitter of a shared machine; more would let the actor
+# fall behind and see a critic many versions newer than the one it trains against.
+MAX_ACTOR_LAG = 4
+
+
+def learn_after(batch_size: int, learning_starts: int) -> int:
+    """Transitions in replay before the first update (the serial mode's rule)."""
+    return max(batch_size, learning_starts)
+
+
+def critic_budget(inserted: int, start: int, utd: float) -> int:
+    """Critic updates allowed after ``inserted`` transitions entered replay in this session.
+
+    Matches the serial loop: once ``start`` transitions are stored, every further transition (and
+    the one that reached ``start``) earns ``utd`` updates.
+    """
+    if inserted < start:
+        return 0
+    return math.floor(utd * (inserted - start + 1) + 1e-9)
+
+
+def data_allowance(updates: int, start: int, utd: float, lead: int) -> int:
+    """Transitions the samplers may emit in this session after ``updates`` critic updates.
+
+    The data the next update needs (the inverse of :func:`critic_budget`) plus ``lead``.
+    """
+    return start - 1 + math.ceil((updates + 1) / utd - 1e-9) + lead
+
+
+def default_lead(samplers: int, envs_per_sampler: int) -> int:
+    """Transitions the samplers may run ahead: a few steps of every env, at least 64.
+
+    Enough that a sampler never idles while learners have work, small enough that the policy that
+    collected a transition is at most a handful of versions old when a learner first sees it.
+    """
+    return max(64, 4 * samplers * envs_per_sampler)
+
+
+def ring_capacity(lead: int, envs_per_sampler: int) -> int:
+    """Records per ring: a power of two above the lead, so pacing (rule 2) binds before backpressure."""
+    need = max(2 * lead, 8 * envs_per_sampler, 256)
+    return 1 << (need - 1).bit_length()
+
+
+def actor_lag(critic_updates: int, actor_updates: int, policy_delay: int) -> int:
+    """Actor updates owed by the actor learner (what ``ActorLearner.updates_due`` computes)."""
+    return max(0, critic_updates // policy_delay - actor_updates)
+
+
+def sampler_quotas(remaining: int, samplers: int) -> list[int]:
+    """Env steps each sampler takes in this session; they add up to ``remaining`` exactly."""
+    base, extra = divmod(max(0, remaining), samplers)
+    return [base + (1 if i < extra else 0) for i in range(samplers)]
+
+
+def backoff_s(failures: int, first_s: float = 1.0, cap_s: float = 30.0) -> float:
+    """Delay before restarting a role that died ``failures`` times in a row: 1, 2, 4 ... 30 s."""
+    return min(cap_s, first_s * 2 ** max(0, failures - 1))

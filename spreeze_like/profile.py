@@ -1,0 +1,118 @@
+"""``python -m spreeze_like.profile``: what this desktop can do, measured (also ``tools/profile_hardware.py``).
+
+Runs every probe of :mod:`spreeze_like.autotune.probe` for one env (progress lines while it
+measures, about a minute and a half in all by default), then
+
+* prints a readable report (hardware, /dev/shm, GPUs, memcpy, ring, env and sampler rates, update
+  rates by batch size per device) and the plan ``--autotune`` would make for default settings;
+* writes the results as JSON (``profile.json`` in the output folder, or ``--json PATH``);
+* writes the curves to TensorBoard in ``<logdir>/profile__<unixtime>/`` (see
+  :mod:`spreeze_like.autotune.report` for the tags): ``tensorboard --logdir runs``;
+* refreshes the probe cache that ``--autotune`` reads (``--cached`` shows the cached results
+  instead of measuring).
+
+Bad input (an env that cannot be made, a device this machine does not have, a budget below half a
+second, an unwritable folder) ends with one ``error:`` line and exit status 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from spreeze_like.errors import ConfigError, SpreezeError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from spreeze_like.autotune.probe import DEFAULT_BUDGET_S
+    from spreeze_like.config import OneLineParser
+
+    p = OneLineParser(prog="python -m spreeze_like.profile",
+                      description="Measure this machine for spreeze_like: report, JSON, TensorBoard curves.")
+    p.add_argument("--env", default="Pendulum-v1", help="gymnasium env id (or module:EnvId) to measure (default: Pendulum-v1)")
+    p.add_argument("--algo", default="sac", choices=("sac", "td3", "ddpg"), help="algorithm whose updates are timed")
+    p.add_argument("--hidden-sizes", type=int, nargs="+", default=[256, 256], metavar="N",
+                   help="hidden layer widths of actor and critic (default: 256 256)")
+    p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S,
+                   help=f"seconds of measuring; process start-ups add a few (default: {DEFAULT_BUDGET_S:.0f})")
+    p.add_argument("--devices", nargs="+", default=None, metavar="DEV",
+                   help="devices to time updates on, e.g. cpu cuda:0 (default: the CPU and every GPU)")
+    p.add_argument("--logdir", default="runs", help="folder that receives profile__<unixtime>/ (default: runs)")
+    p.add_argument("--json", default="", metavar="PATH", help="write the JSON here instead of into the output folder")
+    p.add_argument("--cached", action="store_true", help="report the cached results for this machine and env, if any")
+    p.add_argument("--no-plan", action="store_true", help="do not print the autotune plan for default settings")
+    return p
+
+
+def _output_dir(logdir: str) -> Path:
+    base = Path(logdir)
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        for i in range(100):
+            path = base / (f"profile__{int(time.time())}" + (f"_{i}" if i else ""))
+            try:
+                path.mkdir()
+                return path
+            except FileExistsError:
+                continue
+    except OSError as exc:
+        raise ConfigError(f"cannot create an output folder under --logdir {logdir}: {exc.strerror or exc}; "
+                          "pass --logdir with a writable folder") from None
+    raise ConfigError(f"too many profile folders under {base} this second; retry")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """CLI entry point; returns the exit status."""
+    args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
+    t0 = time.monotonic()
+
+    def progress(line: str) -> None:
+        print(f"[profile {time.monotonic() - t0:5.1f} s] {line}", flush=True)
+
+    try:
+        from spreeze_like.autotune import cache, hardware
+        from spreeze_like.autotune.probe import probe_machine
+        from spreeze_like.autotune.report import report_text, write_tensorboard
+
+        path = cache.cache_path(hardware.fingerprint(), args.env, args.algo, args.hidden_sizes)
+        if args.cached:
+            results = cache.load_cached(path)
+            if results is None:
+                raise ConfigError(f"no cached probe results for {args.env} on this machine ({path}); "
+                                  "run without --cached to measure")
+        else:
+            results = probe_machine(args.env, args.algo, args.hidden_sizes, args.budget, args.devices, progress)
+            try:
+                cache.save_results(results, path)
+            except OSError as exc:
+                progress(f"could not update the probe cache {path}: {exc.strerror or exc}")
+        out_dir = _output_dir(args.logdir)
+        json_path = Path(args.json) if args.json else out_dir / "profile.json"
+        try:
+            json_path.parent.mkdir(parents=True, exist_ok=True)
+            json_path.write_text(results.to_json() + "\n")
+        except OSError as exc:
+            raise ConfigError(f"cannot write {json_path}: {exc.strerror or exc}; pass --json with a writable path") from None
+        write_tensorboard(results, out_dir)
+        print(report_text(results))
+        if not args.no_plan:
+            from spreeze_like.autotune.apply import parallel_mode_available
+            from spreeze_like.autotune.plan import make_plan
+            from spreeze_like.config import TrainConfig
+
+            config = TrainConfig(env=args.env, algo=args.algo, hidden_sizes=tuple(args.hidden_sizes))
+            print(make_plan(results, config, (), parallel_mode_available()).text())
+    except SpreezeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    print(f"JSON: {json_path}\nTensorBoard: tensorboard --logdir {out_dir}\nprobe cache: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""Evaluator role (``evaluator``): deterministic episodes with the newest actor weights.
+
+An :class:`Evaluator` owns ``episodes`` envs of its own (never a sampler's), loads the newest actor
+vector from its weights source, and runs one episode per env with the deterministic action
+(``tanh(mean)`` for SAC, the plain policy for TD3/DDPG), all envs batched through one policy
+forward per step. Env ``i`` starts every evaluation from the same seed, ``derive_seed(seed,
+"evaluator", i)``, so successive evaluations differ only by the policy and the curve is not noise
+from new start states. Results go to the stats block (``eval_return`` etc., picked up by the
+monitor) and are returned. Owns no shared resource.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from spreeze_like.algos import make_policy
+from spreeze_like.algos.base import AlgoSpec
+from spreeze_like.algos.networks import set_flat
+from spreeze_like.envs import flat_obs, make_env, reset_env
+from spreeze_like.roles.ports import StatsWriter, WeightsSource
+from spreeze_like.seeding import derive_seed
+
+# An env without a time limit could run forever under a good policy; cap its evaluation episode.
+MAX_EVAL_STEPS = 10_000
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """One evaluation: mean return over the episodes, each return and length, and what was evaluated."""
+
+    env_step: int
+    mean_return: float
+    returns: tuple[float, ...]
+    lengths: tuple[int, ...]
+    version: int
+
+
+class Evaluator:
+    """See the module docstring."""
+
+    def __init__(self, env_id: str, spec: AlgoSpec, weights: WeightsSource, stats: StatsWriter, episodes: int) -> None:
+        self.env_id, self.spec, self.weights, self.stats = env_id, spec, weights, stats
+        self.envs = [make_env(env_id) for _ in range(episodes)]
+        limit = self.envs[0].spec.max_episode_steps if self.envs[0].spec is not None else None
+        self.max_steps = min(limit or MAX_EVAL_STEPS, MAX_EVAL_STEPS)
+        self.policy = make_policy(spec)
+        self._vec = np.zeros(sum(p.numel() for p in self.policy.parameters()), dtype=np.float32)
+        self.history: list[EvalResult] = []
+
+    def evaluate(self, env_step: int) -> EvalResult:
+        """Run one deterministic episode per env with the newest actor; returns and logs the result."""
+        version = self.weights.read(self._vec)
+        if version > 0:
+            set_flat([self.policy], self._vec)
+        n = len(self.envs)
+        obs = np.stack(
+            [
+                reset_env(env, self.env_id, seed=derive_seed(self.spec.seed, "evaluator", i))
+                for i, env in enumerate(self.envs)
+            ]
+        )
+        returns = np.zeros(n, dtype=np.float64)
+        lengths = np.zeros(n, dtype=np.int64)
+        running = np.ones(n, dtype=bool)
+        for _ in range(self.max_steps):
+            with torch.no_grad():
+                actions = self.policy.act_deterministic(torch.from_numpy(obs)).numpy()
+            for i in np.flatnonzero(running):
+                o, r, terminated, truncated, _ = self.envs[i].step(actions[i])
+                obs[i] = flat_obs(o)
+                returns[i] += float(r)
+                lengths[i] += 1
+                if terminated or truncated:
+                    running[i] = False
+            if not running.any():
+                break
+        result = EvalResult(env_step, float(returns.mean()), tuple(returns.tolist()), tuple(lengths.tolist()), version)
+        self.history.append(result)
+        self.stats.set("eval_return", result.mean_return)
+        self.stats.set("eval_length", float(lengths.mean()))
+        self.stats.set("eval_env_step", float(env_step))
+        self.stats.set("eval_version", float(version))
+        self.stats.add("evaluations")
+        return result
+
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()

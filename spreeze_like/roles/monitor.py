@@ -1,0 +1,223 @@
+"""Monitor role (``monitor``): turns the roles' stats into TensorBoard scalars and a progress line.
+
+Roles only push numbers into their stats blocks (counters, mean accumulators, gauges; see
+:mod:`spreeze_like.metrics`). The :class:`Monitor` reads every block at a fixed period
+(``tb_interval`` seconds), turns counter deltas into rates and mean-accumulator deltas into means
+over the period, and writes them with one ``SummaryWriter`` at the current global env step. So a
+learner's logging cost is a few float adds per update, whatever the TensorBoard rate.
+
+It owns the run's event files (``SummaryWriter(run_dir)``; closed by :meth:`close`), and nothing
+shared. On resume it is created with ``purge_step`` = the checkpoint's env step + 1, so TensorBoard
+drops the points the previous session wrote after that checkpoint and the curve continues.
+
+``start_step`` is the env step this session starts from; the samplers' ``env_steps`` counters
+count this session's steps only, so the global step is ``start_step + sum(env_steps)``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+_GiB = float(2**30)
+
+
+def _mean(now: Mapping[str, float], before: Mapping[str, float], key: str) -> float | None:
+    count = now.get(key + ".count", 0.0) - before.get(key + ".count", 0.0)
+    if count <= 0:
+        return None
+    return (now[key + ".sum"] - before.get(key + ".sum", 0.0)) / count
+
+
+class Monitor:
+    """See the module docstring.
+
+    Args:
+        run_dir: the run folder; event files go straight into it.
+        snapshot: returns every role's stats by role name (``sampler-0``, ``critic-learner``, ...):
+            ``LocalStatsBlock.snapshot`` in serial mode, ``ipc.StatsBlock.snapshot`` in parallel.
+        config: the resolved config as a dict (written once as TensorBoard text).
+        total_steps: env steps of the whole run (for the ETA).
+        start_step: env step at which this session starts (0, or the resumed checkpoint's).
+        tb_interval: seconds between TensorBoard writes.
+        log_interval: seconds between console lines (0: none).
+        purge_step: on resume, the step from which old events are discarded.
+        print_fn: where the console line goes.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        snapshot: Callable[[], Mapping[str, Mapping[str, float]]],
+        config: Mapping[str, Any],
+        total_steps: int,
+        start_step: int = 0,
+        tb_interval: float = 2.0,
+        log_interval: float = 10.0,
+        purge_step: int | None = None,
+        print_fn: Callable[[str], None] = print,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        from torch.utils.tensorboard import SummaryWriter
+
+        self.snapshot, self.total_steps, self.start_step = snapshot, total_steps, start_step
+        self.tb_interval, self.log_interval, self.print_fn, self.clock = tb_interval, log_interval, print_fn, clock
+        self.writer = SummaryWriter(str(run_dir), purge_step=purge_step)
+        self.writer.add_text("hyperparameters", _markdown_table(config), global_step=start_step)
+        self.writer.add_text(
+            "config", "```\n" + json.dumps(dict(config), indent=2, sort_keys=True) + "\n```", global_step=start_step
+        )
+        self.t0 = self.t_last = self.t_console = clock()
+        self.before = self._read()
+        self.first_update_step: int | None = None
+        self.sample_hz_ema: float | None = None
+        self.recent_return: float | None = None
+        self.last_eval: float | None = None
+        self._evaluations = 0.0
+        psutil.cpu_percent(interval=None)  # prime: the first real call reports use since now
+
+    # --- reading ------------------------------------------------------------------------------------------
+    def _read(self) -> dict[str, dict[str, float]]:
+        return {role: dict(values) for role, values in self.snapshot().items()}
+
+    def _sum(self, snap: Mapping[str, Mapping[str, float]], prefix: str, key: str) -> float:
+        return sum(v.get(key, 0.0) for r, v in snap.items() if r.startswith(prefix))
+
+    def global_step(self, snap: Mapping[str, Mapping[str, float]] | None = None) -> int:
+        snap = self._read() if snap is None else snap
+        return self.start_step + int(self._sum(snap, "sampler", "env_steps"))
+
+    # --- writing ------------------------------------------------------------------------------------------
+    def poll(self, force: bool = False) -> bool:
+        """Write if ``tb_interval`` has passed (or ``force``); returns whether it wrote."""
+        now = self.clock()
+        if not force and now - self.t_last < self.tb_interval:
+            return False
+        self.write(now)
+        return True
+
+    def write(self, now: float | None = None) -> None:
+        now = self.clock() if now is None else now
+        snap, before = self._read(), self.before
+        dt = max(now - self.t_last, 1e-9)
+        step = self.global_step(snap)
+        scalars: dict[str, float] = {}
+
+        def rate(prefix: str, key: str) -> float:
+            return (self._sum(snap, prefix, key) - self._sum(before, prefix, key)) / dt
+
+        samplers = [r for r in snap if r.startswith("sampler")]
+        for tag, key in (
+            ("charts/episodic_return", "episodic_return"),
+            ("charts/episodic_length", "episodic_length"),
+            ("perf/policy_lag", "policy_lag"),
+        ):
+            value = _pooled_mean(snap, before, samplers, key)
+            if value is not None:
+                scalars[tag] = value
+        if "charts/episodic_return" in scalars:
+            self.recent_return = scalars["charts/episodic_return"]
+        sample_hz = rate("sampler", "env_steps")
+        scalars["perf/sample_hz"] = sample_hz
+        self.sample_hz_ema = sample_hz if self.sample_hz_ema is None else 0.7 * self.sample_hz_ema + 0.3 * sample_hz
+        scalars["charts/SPS"] = (step - self.start_step) / max(now - self.t0, 1e-9)
+        scalars["samplers/nonfinite_dropped"] = self._sum(snap, "sampler", "nonfinite_dropped")
+        self._learner_scalars(snap, before, rate, step, scalars)
+        if "replay" in snap:
+            scalars["replay/size"] = snap["replay"].get("size", 0.0)
+        scalars["hw/cpu_percent"] = psutil.cpu_percent(interval=None)
+        scalars["hw/mem_used"] = psutil.virtual_memory().used / _GiB
+        for tag, value in scalars.items():
+            self.writer.add_scalar(tag, value, step)
+        self._eval_scalars(snap)
+        self.before, self.t_last = snap, now
+        if self.log_interval > 0 and now - self.t_console >= self.log_interval:
+            self.t_console = now
+            self.print_fn(self.progress_line(step, scalars))
+
+    def _learner_scalars(
+        self, snap: Any, before: Any, rate: Callable[[str, str], float], step: int, scalars: dict[str, float]
+    ) -> None:
+        critic, actor = snap.get("critic-learner"), snap.get("actor-learner")
+        if critic is not None:
+            scalars["perf/update_hz"] = rate("critic-learner", "updates")
+            scalars["perf/update_frames_hz"] = rate("critic-learner", "update_frames")
+            updates = critic.get("updates", 0.0)
+            if updates > 0 and self.first_update_step is None:
+                # the learners started during this period; count data from the period's start
+                self.first_update_step = self.global_step(before)
+            if self.first_update_step is not None:
+                scalars["perf/utd"] = updates / max(1, step - self.first_update_step)
+            for key in ("qf1_loss", "qf2_loss", "qf1_values", "alpha", "alpha_loss"):
+                value = _mean(critic, before.get("critic-learner", {}), key)
+                if value is not None:
+                    scalars[f"losses/{key}"] = value
+            for tag, key in (
+                ("replay/td_error", "td_error"),
+                ("replay/is_weight_mean", "is_weight"),
+                ("perf/actor_copy_staleness", "copy_staleness"),
+            ):
+                value = _mean(critic, before.get("critic-learner", {}), key)
+                if value is not None:
+                    scalars[tag] = value
+        if actor is not None:
+            scalars["perf/actor_update_hz"] = rate("actor-learner", "updates")
+            for tag, key in (("losses/actor_loss", "actor_loss"), ("perf/critic_copy_staleness", "copy_staleness")):
+                value = _mean(actor, before.get("actor-learner", {}), key)
+                if value is not None:
+                    scalars[tag] = value
+        staleness = [scalars[t] for t in ("perf/actor_copy_staleness", "perf/critic_copy_staleness") if t in scalars]
+        if staleness:
+            scalars["perf/weight_staleness"] = max(staleness)
+
+    def _eval_scalars(self, snap: Mapping[str, Mapping[str, float]]) -> None:
+        ev = snap.get("evaluator")
+        if ev is None or ev.get("evaluations", 0.0) <= self._evaluations:
+            return
+        self._evaluations = ev["evaluations"]
+        self.last_eval = ev["eval_return"]
+        eval_step = int(ev["eval_env_step"])
+        self.writer.add_scalar("eval/episodic_return", ev["eval_return"], eval_step)
+        self.writer.add_scalar("eval/episodic_length", ev["eval_length"], eval_step)
+
+    def progress_line(self, step: int, scalars: Mapping[str, float]) -> str:
+        parts = [f"step {step:,}/{self.total_steps:,} ({100.0 * step / max(1, self.total_steps):.0f}%)"]
+        if self.recent_return is not None:
+            parts.append(f"return {self.recent_return:.1f}")
+        if self.last_eval is not None:
+            parts.append(f"eval {self.last_eval:.1f}")
+        parts.append(f"sample {scalars.get('perf/sample_hz', 0.0):.0f} Hz")
+        parts.append(f"update {scalars.get('perf/update_hz', 0.0):.0f} Hz")
+        hz = self.sample_hz_ema or 0.0
+        parts.append("ETA " + (_hms((self.total_steps - step) / hz) if hz > 0 else "--"))
+        return "[spreeze] " + " | ".join(parts)
+
+    def close(self) -> None:
+        """Write a last point (unless one was just written: rates over a few ms are noise) and close."""
+        if self.clock() - self.t_last >= 0.5:
+            self.write()
+        else:
+            self._eval_scalars(self._read())
+        self.writer.flush()
+        self.writer.close()
+
+
+def _pooled_mean(snap: Any, before: Any, roles: list[str], key: str) -> float | None:
+    total = sum(snap[r].get(key + ".sum", 0.0) - before.get(r, {}).get(key + ".sum", 0.0) for r in roles)
+    count = sum(snap[r].get(key + ".count", 0.0) - before.get(r, {}).get(key + ".count", 0.0) for r in roles)
+    return total / count if count > 0 else None
+
+
+def _hms(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+
+
+def _markdown_table(config: Mapping[str, Any]) -> str:
+    rows = "\n".join(f"|{k}|{v}|" for k, v in sorted(config.items()))
+    return "|param|value|\n|-|-|\n" + rows

@@ -1,0 +1,172 @@
+"""Sampler role (``sampler-<i>``): steps a few envs with the newest policy and emits transitions.
+
+One :class:`SamplerWorker` owns ``envs_per_sampler`` envs and a CPU copy of the policy. Each
+``step()`` runs one batched policy inference for all its envs, steps each env once, packs the
+transitions as float32 rows (``spreeze_like.transition``) and hands them to its
+:class:`~spreeze_like.roles.ports.TransitionSink`. It creates nothing shared: the sink, the actor
+weights source and the stats block are given to it, and whoever created them removes them (the
+supervisor in the parallel mode). A crash loses at most the transitions of the current step.
+
+The rules that make the data right:
+
+* Random actions, uniform in [-1, 1], for this sampler's share of ``learning_starts``.
+* Each env is stepped alone and reset by hand after ``terminated or truncated``, so ``next_obs`` is
+  always the true final observation (never a reset observation, no gymnasium autoreset), and the
+  row keeps both flags: learners bootstrap on ``terminated`` only.
+* A transition with a NaN or inf anywhere is dropped and counted; its env is reset, because an env
+  that produced a NaN state cannot be trusted to continue the episode.
+* Seeds: env ``j`` of sampler ``i`` is reset first with ``derive_seed(seed, "env", global index j,
+  generation)``; later resets continue the env's own RNG. Policy noise and warm-up actions use
+  this sampler's own generators, which are part of its checkpointed state.
+
+Policy inference is ``torch.no_grad`` on the CPU; the caller sets torch to one thread in a sampler
+process (``torch.set_num_threads(1)``), a small MLP does not gain from more.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import torch
+
+from spreeze_like.algos import make_policy
+from spreeze_like.algos.base import AlgoSpec
+from spreeze_like.algos.networks import set_flat
+from spreeze_like.envs import flat_obs, make_env, reset_env
+from spreeze_like.roles.ports import StatsWriter, TransitionSink, WeightsSource, observe
+from spreeze_like.seeding import derive_seed
+from spreeze_like.transition import TransitionLayout, finite_rows
+
+
+class SamplerWorker:
+    """Steps ``n_envs`` envs with batched policy inference. See the module docstring.
+
+    Args:
+        env_id: gymnasium id or ``module:EnvId``.
+        spec: the algorithm spec (policy sizes, exploration noise, run seed).
+        index: this sampler's index ``i`` (role ``sampler-<i>``).
+        n_envs: envs stepped by this sampler.
+        random_steps: env steps (over its envs) of uniform random actions before using the policy.
+        sink: where transition rows go.
+        weights: the actor weights source.
+        stats: this sampler's stats block.
+        generation: resume count, so a resumed run does not repeat the first run's episodes.
+    """
+
+    def __init__(
+        self,
+        env_id: str,
+        spec: AlgoSpec,
+        index: int,
+        n_envs: int,
+        random_steps: int,
+        sink: TransitionSink,
+        weights: WeightsSource,
+        stats: StatsWriter,
+        generation: int = 0,
+    ) -> None:
+        self.env_id, self.spec, self.index, self.random_steps = env_id, spec, index, random_steps
+        self.sink, self.weights, self.stats = sink, weights, stats
+        self.layout = TransitionLayout(spec.obs_dim, spec.act_dim)
+        self.envs = [make_env(env_id) for _ in range(n_envs)]
+        self.policy = make_policy(spec)
+        self.version = 0  # board version of the weights in self.policy; 0: none loaded yet (act randomly)
+        self._vec = np.zeros(sum(p.numel() for p in self.policy.parameters()), dtype=np.float32)
+        self.rng = np.random.default_rng(derive_seed(spec.seed, "sampler/actions", index, generation))
+        self.noise = torch.Generator().manual_seed(derive_seed(spec.seed, "sampler/noise", index, generation))
+        self.env_steps = 0  # over this sampler's envs, across resumes
+        self.episodes = 0
+        self.obs = np.stack(
+            [
+                reset_env(env, env_id, seed=derive_seed(spec.seed, "env", index * n_envs + j, generation))
+                for j, env in enumerate(self.envs)
+            ]
+        )
+        self.episode_return = np.zeros(n_envs, dtype=np.float64)
+        self.episode_length = np.zeros(n_envs, dtype=np.int64)
+        self._rows = np.empty((n_envs, self.layout.width), dtype=np.float32)
+
+    # --- one step of every env ------------------------------------------------------------------------
+    def step(self) -> int:
+        """Step every env once; returns the number of transitions handed to the sink."""
+        self._refresh_policy()
+        actions = self._actions()
+        n = len(self.envs)
+        rewards = np.zeros(n, dtype=np.float32)
+        next_obs = np.empty_like(self.obs)
+        terminated = np.zeros(n, dtype=np.float32)
+        truncated = np.zeros(n, dtype=np.float32)
+        for j, env in enumerate(self.envs):
+            o, r, term, trunc, _ = env.step(actions[j])
+            next_obs[j], rewards[j], terminated[j], truncated[j] = flat_obs(o), r, term, trunc
+        rows = self.layout.pack(self.obs, actions, rewards, next_obs, terminated, truncated, out=self._rows)
+        finite = finite_rows(rows)
+        if finite.all():
+            self.sink.write(rows)
+        else:
+            self.stats.add("nonfinite_dropped", float(n - finite.sum()))
+            if finite.any():
+                self.sink.write(rows[finite])
+        self.env_steps += n
+        self.stats.add("env_steps", float(n))
+        self.episode_return += rewards
+        self.episode_length += 1
+        # Episode ends: record, then reset by hand. The row above already holds the true final obs.
+        done = (terminated > 0) | (truncated > 0) | ~finite
+        self.obs = next_obs
+        for j in np.flatnonzero(done):
+            if finite[j]:
+                self.episodes += 1
+                self.stats.add("episodes")
+                observe(self.stats, "episodic_return", float(self.episode_return[j]))
+                observe(self.stats, "episodic_length", float(self.episode_length[j]))
+            self.episode_return[j] = 0.0
+            self.episode_length[j] = 0
+            self.obs[j] = reset_env(self.envs[j], self.env_id)
+        return int(finite.sum())
+
+    def _actions(self) -> np.ndarray:
+        n = len(self.envs)
+        if self.env_steps < self.random_steps or self.version == 0:
+            return self.rng.uniform(-1.0, 1.0, size=(n, self.spec.act_dim)).astype(np.float32)
+        with torch.no_grad():
+            obs = torch.from_numpy(self.obs)
+            return self.policy.explore(obs, self.noise, self.spec.exploration_noise).numpy()
+
+    def _refresh_policy(self) -> None:
+        newest = self.weights.version()
+        if newest > self.version:
+            version = self.weights.read(self._vec)
+            if version > 0:
+                set_flat([self.policy], self._vec)
+                self.version = version
+                self.stats.set("policy_version", float(version))
+        if self.version > 0:
+            observe(self.stats, "policy_lag", float(max(0, newest - self.version)))
+
+    # --- lifecycle ----------------------------------------------------------------------------------------
+    def close(self) -> None:
+        for env in self.envs:
+            env.close()
+
+    def state_dict(self) -> dict[str, Any]:
+        """Counters and RNG states. Env internals cannot be saved: a resumed sampler starts new episodes."""
+        return {
+            "env_steps": self.env_steps,
+            "episodes": self.episodes,
+            "rng": self.rng.bit_generator.state,
+            "noise": self.noise.get_state(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.env_steps = int(state["env_steps"])
+        self.episodes = int(state["episodes"])
+        self.rng.bit_generator.state = state["rng"]
+        self.noise.set_state(state["noise"])
+
+
+def random_steps_per_sampler(learning_starts: int, samplers: int) -> int:
+    """Each sampler's share of the warm-up, so that the shares add up to at least ``learning_starts``."""
+    return math.ceil(learning_starts / samplers)

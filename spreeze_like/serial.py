@@ -1,0 +1,223 @@
+"""``--serial`` mode: every role in this one process, wired with in-process ports.
+
+The same role classes the parallel mode runs in separate processes (samplers, critic learner,
+actor learner, evaluator, monitor) are stepped in turn by one loop:
+
+    each sampler steps its envs once  ->  rows go straight into replay (ReplayWriter)
+    once replay holds max(batch_size, learning_starts): critic updates at the UTD ratio,
+        each followed by the actor updates it makes due (policy_delay)
+    every eval_every env steps: a deterministic evaluation; every checkpoint_every: a checkpoint
+    the monitor writes TensorBoard every tb_interval seconds
+
+With a fixed seed the run is reproducible exactly (one thread, seeded streams per role, a
+deterministic order of calls), which is what the determinism test checks. It is also the baseline
+the parallel mode must beat. Nothing here is shared memory: a crash leaves only the run folder
+(with its last checkpoint) behind.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from spreeze_like.checkpoint import capture_process_rng, restore_process_rng, save_checkpoint
+from spreeze_like.config import TrainConfig
+from spreeze_like.errors import CheckpointError
+from spreeze_like.metrics import stats_schema
+from spreeze_like.roles import build
+from spreeze_like.roles.monitor import Monitor
+from spreeze_like.roles.ports import LocalBoard, LocalStatsBlock
+from spreeze_like.roles.replay_writer import ReplayWriter
+from spreeze_like.rundir import RunContext
+from spreeze_like.seeding import seed_process
+from spreeze_like.training import TrainResult
+from spreeze_like.transition import TransitionLayout
+
+
+class SerialTrainer:
+    """Builds every role with in-process ports and runs the loop described in the module docstring."""
+
+    def __init__(self, config: TrainConfig, context: RunContext, print_fn: Callable[[str], None] = print) -> None:
+        self.config, self.context, self.print_fn = config, context, print_fn
+        torch.set_num_threads(config.torch_threads)
+        seed_process(config.seed, "serial")
+        self.spec = spec = build.algo_spec(config)
+        self.layout = TransitionLayout(spec.obs_dim, spec.act_dim)
+        self.stats = LocalStatsBlock(stats_schema(config.samplers))
+        self.storage, critic_replay, actor_replay = build.local_replay(config, spec.obs_dim, spec.act_dim)
+        self.writer = ReplayWriter(critic_replay, self.layout, self.stats.role("replay"))
+        self.actor_board, self.critic_board = LocalBoard(), LocalBoard()
+        self.samplers = [
+            build.sampler(
+                config,
+                spec,
+                i,
+                self.writer,
+                self.actor_board,
+                self.stats.role(f"sampler-{i}"),
+                generation=context.generation,
+            )
+            for i in range(config.samplers)
+        ]
+        self.critic = build.critic_learner(
+            config, spec, critic_replay, self.actor_board, self.critic_board, self.stats.role("critic-learner")
+        )
+        self.actor = build.actor_learner(
+            config, spec, actor_replay, self.critic_board, self.actor_board, self.stats.role("actor-learner")
+        )
+        self.evaluator = build.evaluator(config, spec, self.actor_board, self.stats.role("evaluator"))
+        self.update_credit = 0.0
+        self.evals: list[tuple[int, float, float]] = []
+        self.t0 = time.monotonic()
+        if context.payload is not None:
+            self._restore(context.payload)
+        self.start_step = context.start_step
+        self.monitor = Monitor(
+            context.run_dir,
+            self.stats.snapshot,
+            config.to_dict(),
+            config.total_steps,
+            start_step=self.start_step,
+            tb_interval=config.tb_interval,
+            log_interval=config.log_interval,
+            purge_step=self.start_step + 1 if context.payload is not None else None,
+            print_fn=print_fn,
+        )
+
+    # --- the loop -------------------------------------------------------------------------------------------
+    def env_steps(self) -> int:
+        return sum(s.env_steps for s in self.samplers)
+
+    def run(self) -> TrainResult:
+        cfg = self.config
+        self.t0 = t0 = time.monotonic()
+        stopped_early = False
+        learn_after = max(cfg.batch_size, cfg.learning_starts)
+        steps = self.env_steps()
+        next_eval = _next_multiple(steps, cfg.eval_every)
+        next_ckpt = _next_multiple(steps, cfg.checkpoint_every)
+        try:
+            while steps < cfg.total_steps:
+                for sampler in self.samplers:
+                    collected = sampler.step()
+                    if self.writer.size >= learn_after:
+                        self.update_credit += collected * cfg.utd
+                        self._learn()
+                steps = self.env_steps()
+                if steps >= next_eval:
+                    next_eval = _next_multiple(steps, cfg.eval_every)
+                    reached = self._evaluate(steps).mean_return
+                    if cfg.stop_at_return is not None and reached >= cfg.stop_at_return:
+                        self.print_fn(
+                            f"[spreeze] evaluation return {reached:.1f} >= --stop-at-return "
+                            f"{cfg.stop_at_return} at {steps:,} env steps; stopping"
+                        )
+                        stopped_early = True
+                        break
+                if steps >= next_ckpt:
+                    next_ckpt = _next_multiple(steps, cfg.checkpoint_every)
+                    self.save_checkpoint()
+                self.monitor.poll()
+        except KeyboardInterrupt:
+            self.print_fn(f"[spreeze] interrupted at {self.env_steps():,} env steps; saving a checkpoint to resume")
+            self.save_checkpoint()
+            self.close()
+            raise
+        history = self.evaluator.history
+        final = history[-1] if history and history[-1].env_step == steps else self._evaluate(steps)
+        self.save_checkpoint()
+        self.close()
+        return TrainResult(
+            run_dir=self.context.run_dir,
+            env_steps=steps,
+            critic_updates=self.critic.updates,
+            actor_updates=self.actor.updates,
+            episodes=sum(s.episodes for s in self.samplers),
+            final_eval_return=final.mean_return,
+            final_eval_returns=final.returns,
+            evals=list(self.evals),
+            wall_s=time.monotonic() - t0,
+            mode="serial",
+            stopped_early=stopped_early,
+        )
+
+    def _learn(self) -> None:
+        while self.update_credit >= 1.0:
+            self.critic.update()
+            for _ in range(self.actor.updates_due(self.critic.updates)):
+                self.actor.update()
+            self.update_credit -= 1.0
+
+    def _evaluate(self, steps: int) -> Any:
+        result = self.evaluator.evaluate(steps)
+        self.evals.append((steps, result.mean_return, time.monotonic() - self.t0))
+        self.critic.flush()
+        self.actor.flush()
+        self.monitor.poll(force=True)
+        return result
+
+    # --- checkpoints ---------------------------------------------------------------------------------------------
+    def save_checkpoint(self) -> Path:
+        steps = self.env_steps()
+        roles: dict[str, Any] = {f"sampler-{s.index}": s.state_dict() for s in self.samplers}
+        roles["critic-learner"] = self.critic.state_dict()
+        roles["actor-learner"] = self.actor.state_dict()
+        payload = {
+            "config": self.config.to_dict(),
+            "env_steps": steps,
+            "generation": self.context.generation,
+            "critic_updates": self.critic.updates,
+            "actor_updates": self.actor.updates,
+            "episodes": sum(s.episodes for s in self.samplers),
+            "update_credit": self.update_credit,
+            "evals": [list(e) for e in self.evals],
+            "roles": roles,
+            "process_rng": capture_process_rng(),
+            "saved_at": time.time(),
+        }
+        return save_checkpoint(self.context.run_dir, payload, steps, keep=self.config.keep_checkpoints)
+
+    def _restore(self, payload: dict[str, Any]) -> None:
+        roles = payload["roles"]
+        missing = [f"sampler-{s.index}" for s in self.samplers if f"sampler-{s.index}" not in roles]
+        if missing:
+            raise CheckpointError(
+                f"{self.context.checkpoint_path} has no state for {', '.join(missing)}; resume with the same "
+                "--samplers as the run that wrote it"
+            )
+        try:
+            for s in self.samplers:
+                s.load_state_dict(roles[f"sampler-{s.index}"])
+            self.critic.load_state_dict(roles["critic-learner"])
+            self.actor.load_state_dict(roles["actor-learner"])
+        except (RuntimeError, KeyError, ValueError) as exc:  # shape mismatch: other hidden sizes, say
+            first = str(exc).strip().splitlines()[0][:200]
+            raise CheckpointError(
+                f"{self.context.checkpoint_path} does not fit this config ({first}); resume with the settings "
+                "of the run that wrote it"
+            ) from None
+        self.update_credit = float(payload.get("update_credit", 0.0))
+        self.evals = [(int(e[0]), float(e[1]), float(e[2])) for e in payload.get("evals", [])]
+        restore_process_rng(payload["process_rng"])
+
+    def close(self) -> None:
+        self.critic.flush()
+        self.actor.flush()
+        self.monitor.close()
+        for s in self.samplers:
+            s.close()
+        self.evaluator.close()
+
+
+def _next_multiple(step: int, every: int) -> float:
+    return (step // every + 1) * every if every > 0 else math.inf
+
+
+def run_serial(config: TrainConfig, context: RunContext, print_fn: Callable[[str], None] = print) -> TrainResult:
+    """Train with every role in this process; see the module docstring."""
+    return SerialTrainer(config, context, print_fn).run()

@@ -1,0 +1,436 @@
+"""The parallel mode's main process: ``run_parallel(config, context) -> TrainResult``.
+
+The supervisor owns everything a run leaves on the machine:
+
+- **Segments**: it sweeps dead runs' segments at start (saying so), creates every segment of the
+  run (:mod:`spreeze_like.procs.segments`, listed in ``<run_dir>/shm.json``) and unlinks them in its
+  ``finally``; ``spreeze_like.ipc.segment``'s ``atexit`` hook is the second line. If it is SIGKILLed,
+  the next start's sweep removes them (their creator pid is dead).
+- **Processes**: it spawns one process per role (:mod:`spreeze_like.procs.children`), restarts a
+  dead sampler, evaluator or monitor with back-off (counted in ``stats/restarts``), ends the run
+  with a clear message if a learner dies or hangs, and joins every child at the end (SIGTERM, then
+  SIGKILL after a timeout). Children die with it even when it is SIGKILLed (parent-death signal).
+- **Files**: ``status.json`` (each role's pid and state, rewritten every second), the assembled
+  checkpoints (:mod:`spreeze_like.procs.parts`), ``shm.json``.
+
+It never initialises CUDA: it builds no tensor and no model (weight-board sizes come from networks
+on torch's ``meta`` device), and reads checkpoint parts that the learners moved to the CPU.
+
+Stop order (end of training, Ctrl-C, SIGTERM or a failure): samplers stop (phase ``FINISH``: the
+learners then catch up to the UTD budget on the data collected; ``HALT``: they only finish the
+update in hand), a final checkpoint is assembled, the final evaluation runs (normal end only),
+phase ``EXIT`` lets the monitor flush TensorBoard and every child return, children are joined,
+segments unlinked. A second Ctrl-C skips to the joins (children killed), still unlinking.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+import multiprocessing
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any
+
+from spreeze_like.algos.base import AlgoSpec
+from spreeze_like.config import TrainConfig
+from spreeze_like.envs import env_info
+from spreeze_like.errors import SpreezeError
+from spreeze_like.ipc import new_run_id, sweep_dead_segments
+from spreeze_like.procs import pacing
+from spreeze_like.procs.children import RoleProcess, describe_exit
+from spreeze_like.procs.control import (
+    CONTROL,
+    EXIT,
+    EXIT_USER_ERROR,
+    FINISH,
+    HALT,
+    STATE_NAMES,
+    SUPERVISOR,
+    ChildArgs,
+    error_file,
+    parallel_schema,
+)
+from spreeze_like.procs.evaluator_proc import EVALS_FILE, read_results
+from spreeze_like.procs.parts import assemble_payload, read_part, remove_parts
+from spreeze_like.procs.segments import OwnedSegments, RunSegments, vector_sizes
+from spreeze_like.rundir import RunContext, write_json_atomic
+from spreeze_like.seeding import derive_seed
+from spreeze_like.training import TrainResult
+
+LEARNERS = ("critic-learner", "actor-learner")
+# Seconds without a heartbeat after which a role counts as hung. Learners beat between updates and
+# evaluators between evaluations, so theirs are generous; a sampler beats every env step.
+HANG_S = {"sampler": 60.0, "critic-learner": 180.0, "actor-learner": 180.0, "evaluator": 600.0, "monitor": 120.0}
+STARTUP_GRACE_S = 120.0  # importing torch on a loaded machine can take this long before the first beat
+HALT_WAIT_S = 5.0  # Ctrl-C: learners finish the update in hand within this, or the checkpoint is skipped
+JOIN_S = 10.0
+DEFER_MAX_S = 60.0  # the evaluator and monitor start when the learners are up, or after this at the latest
+
+
+class RoleFailedError(SpreezeError):
+    """A learner died or hung: the run ends with its last good checkpoint (exit status 1)."""
+
+    exit_code = 1
+
+
+def run_parallel(config: TrainConfig, context: RunContext, print_fn: Callable[[str], None] = print) -> TrainResult:
+    """Train with one process per role; see the module docstring."""
+    return Supervisor(config, context, print_fn).run()
+
+
+class Supervisor:
+    """See the module docstring."""
+
+    def __init__(self, config: TrainConfig, context: RunContext, print_fn: Callable[[str], None] = print) -> None:
+        self.config, self.context, self._print = config, context, print_fn
+        self.run_dir = Path(context.run_dir)
+        self.ctx = multiprocessing.get_context("spawn")
+        self.run_id = new_run_id()
+        self.signal: int | None = None
+        self.children: dict[str, RoleProcess] = {}
+        self.owned: OwnedSegments | None = None
+        self.state = "starting"
+        self.ckpt_request = 0
+        self.ckpt_pending_since: float | None = None
+        self.last_checkpoint: Path | None = context.checkpoint_path
+        self.failure: str | None = None
+        self.user_error: str | None = None
+        self._status_t = 0.0
+        payload = context.payload or {}
+        self.restored = [(int(s.get("env_steps", 0)), int(s.get("episodes", 0)))
+                         for s in (payload.get("roles", {}).get(f"sampler-{i}", {}) for i in range(config.samplers))]
+
+    def say(self, line: str) -> None:
+        self._print(line)
+        sys.stdout.flush()
+
+    # --- the run -----------------------------------------------------------------------------------------
+    def run(self) -> TrainResult:
+        t0 = time.monotonic()
+        removed = sweep_dead_segments()
+        if removed:
+            self.say(f"[spreeze] removed {len(removed)} shared-memory segment(s) left by dead runs: {', '.join(removed)}")
+        old_handlers = self._install_signal_handlers()
+        try:
+            self._create_segments()
+            self._spawn_all()
+            self.state = "running"
+            self._watch()
+            return self._shutdown(t0)
+        finally:
+            self._force_stop()
+            self._write_status(force=True)
+            if self.owned is not None:
+                self.owned.unlink_all()
+            for sig, handler in old_handlers.items():
+                signal.signal(sig, handler)
+
+    def _create_segments(self) -> None:
+        cfg = self.config
+        info = env_info(cfg.env)
+        self.spec = AlgoSpec.from_config(cfg, info.obs_dim, info.act_dim)
+        self.lead = pacing.default_lead(cfg.samplers, cfg.envs_per_sampler)
+        actor_n, critic_n = vector_sizes(self.spec)
+        self.plan = RunSegments.plan(self.run_id, cfg.samplers, cfg.prioritized, cfg.buffer_size, info.obs_dim,
+                                     info.act_dim, pacing.ring_capacity(self.lead, cfg.envs_per_sampler),
+                                     actor_n, critic_n)
+        self.owned = self.plan.create(parallel_schema(cfg.samplers), derive_seed(cfg.seed, "replay/tree"))
+        self.owned.write_manifest(self.run_dir / "shm.json")
+        self.block = self.owned.stats
+        self.control = self.block.role(CONTROL)
+        self.me = self.block.role(SUPERVISOR)
+        self.me.claim()
+        # Samplers may collect the warm-up while the learners are still importing torch: the critic
+        # learner's first allowance is set here, before the critic (its row's only other writer) exists.
+        start = pacing.learn_after(cfg.batch_size, cfg.learning_starts)
+        self.block.role("critic-learner").set("allowance", float(pacing.data_allowance(0, start, cfg.utd, self.lead)))
+        if self.context.payload is not None:  # the evaluation history continues from the checkpoint
+            kept = [r for r in read_results(self.run_dir) if r["env_step"] <= self.context.start_step]
+            (self.run_dir / EVALS_FILE).write_text("".join(_json_line(r) for r in kept))
+
+    def _spawn_all(self) -> None:
+        cfg = self.config
+        quotas = pacing.sampler_quotas(cfg.total_steps - self.context.start_step, cfg.samplers)
+        roles: list[tuple[str, str, bool, dict[str, Any]]] = [
+            ("critic-learner", "critic_learner_proc", False, {"lead": self.lead}),
+            ("actor-learner", "actor_learner_proc", False, {}),
+        ]
+        roles += [(f"sampler-{i}", "sampler_proc", True, {"quota": quotas[i], "restored": self.restored[i]})
+                  for i in range(cfg.samplers)]
+        roles += [("evaluator", "evaluator_proc", True, {}), ("monitor", "monitor_proc", True, {})]
+        for role, module, restartable, extra in roles:
+            index = int(role.split("-")[1]) if role.startswith("sampler-") else 0
+            self.children[role] = RoleProcess(self.ctx, role, module, self._args_maker(role, index, extra), restartable)
+        # The evaluator and the monitor start once the learners are up: on a small machine five torch
+        # imports at once would delay the first update by the two that are not needed yet.
+        self.deferred = [self.children["evaluator"], self.children["monitor"]]
+        self.spawned_at = time.monotonic()
+        for child in self.children.values():
+            if child not in self.deferred:
+                child.start()
+
+    def _start_deferred(self, now: float) -> None:
+        learners_up = all(self.block.pid(r) for r in LEARNERS)
+        due = learners_up or now - self.spawned_at > DEFER_MAX_S or self.state == "finishing"
+        if self.deferred and due and self.state in ("running", "finishing"):
+            for child in self.deferred:
+                child.start()
+            self.deferred = []
+
+    def _args_maker(self, role: str, index: int, extra: dict[str, Any]) -> Callable[[int], ChildArgs]:
+        ckpt = str(self.context.checkpoint_path) if self.context.payload is not None else None
+
+        def make(restarts: int) -> ChildArgs:
+            return ChildArgs(role, index, self.config, self.plan, str(self.run_dir), os.getpid(), self.context.start_step,
+                             ckpt, self.context.generation, restarts, dict(extra))
+
+        return make
+
+    # --- watching ------------------------------------------------------------------------------------------
+    def _watch(self) -> None:
+        """Until training is done, a stop signal, or a failure: restarts, heartbeats, checkpoints, status."""
+        every = self.config.checkpoint_every
+        next_ckpt = (self.context.start_step // every + 1) * every if every > 0 else math.inf
+        while self.signal is None and self.failure is None:
+            self._tick()
+            if self.failure is not None:
+                return
+            snap = self.block.snapshot()
+            steps = self._global_step(snap)
+            if self.ckpt_pending_since is not None:
+                self._try_assemble(timeout_s=120.0)
+            elif steps >= next_ckpt:
+                next_ckpt = (steps // every + 1) * every
+                self._request_checkpoint()
+            if all(snap[f"sampler-{i}"]["done"] for i in range(self.config.samplers)):
+                return
+
+    def _tick(self, timeout: float = 0.05) -> None:
+        """Wait a little for a child to exit, then handle deaths, restarts, hangs and the status file."""
+        sentinels = [c.sentinel for c in self.children.values() if c.sentinel is not None]
+        if sentinels:
+            wait(sentinels, timeout=timeout)
+        else:
+            time.sleep(timeout)
+        now = time.monotonic()
+        self._start_deferred(now)
+        for child in self.children.values():
+            if child.new_death():
+                self._on_death(child, now)
+            elif child.restart_due(now) and self.state in ("running", "finishing"):
+                child.restart()
+                self.me.add("restarts")
+                self.say(f"[spreeze] {child.role} restarted (pid {child.pid}, restart {child.restarts})")
+        self._check_hangs(now)
+        self._write_status()
+
+    def _on_death(self, child: RoleProcess, now: float) -> None:
+        how = describe_exit(child.last_exit)
+        if child.last_exit == EXIT_USER_ERROR:  # a one-line user error (bad checkpoint, env raising on reset)
+            path = error_file(self.run_dir, child.role)
+            self.user_error = path.read_text().strip() if path.is_file() else f"{child.role} failed"
+            path.unlink(missing_ok=True)
+            self.failure = self.user_error
+        elif self.state == "exiting":
+            return  # told to exit
+        elif not child.restartable or child.restarts >= child.max_restarts:
+            self.failure = (f"{child.role} (pid {child.pid}) died ({how}); the run stopped. The last good checkpoint "
+                            f"is {self.last_checkpoint or 'none'}; resume with --resume {self.run_dir}")
+        elif self.state in ("running", "finishing"):
+            delay = child.schedule_restart(now)
+            self.say(f"[spreeze] {child.role} (pid {child.pid}) died ({how}); restarting it in {delay:.0f} s")
+
+    def _check_hangs(self, now: float) -> None:
+        for role, child in self.children.items():
+            kind = "sampler" if role.startswith("sampler-") else role
+            if not child.alive or now - child.started_at < STARTUP_GRACE_S:
+                continue
+            age = self.block.heartbeat_age(role)
+            if age > HANG_S[kind]:
+                self.say(f"[spreeze] {role} (pid {child.pid}) has not beaten for {age:.0f} s; killing it")
+                child.kill_now()
+                if not child.restartable:
+                    child.new_death()
+                    self.failure = (f"{role} (pid {child.pid}) hung for {age:.0f} s and was killed; the last good "
+                                    f"checkpoint is {self.last_checkpoint or 'none'}; resume with --resume {self.run_dir}")
+
+    def _global_step(self, snap: dict[str, dict[str, float]]) -> int:
+        steps = self.context.start_step + int(sum(snap[f"sampler-{i}"]["env_steps"] for i in range(self.config.samplers)))
+        self.me.set("env_steps", float(steps))
+        return steps
+
+    # --- checkpoints ----------------------------------------------------------------------------------------
+    def _request_checkpoint(self) -> None:
+        self.ckpt_request += 1
+        self.control.set("ckpt_request", float(self.ckpt_request))
+        self.ckpt_pending_since = time.monotonic()
+
+    def _try_assemble(self, timeout_s: float) -> bool:
+        """Write the checkpoint once every learner acknowledged the pending request; False while waiting."""
+        k = self.ckpt_request
+        snap = self.block.snapshot()
+        if any(snap[r]["ckpt_ack"] < k for r in LEARNERS):
+            if time.monotonic() - self.ckpt_pending_since > timeout_s:
+                self.say(f"[spreeze] checkpoint {k} not acknowledged by the learners in {timeout_s:.0f} s; skipped")
+                self.ckpt_pending_since = None
+            return False
+        from spreeze_like.checkpoint import save_checkpoint
+
+        cfg = self.config
+        samplers = [(self.restored[i][0] + int(snap[f"sampler-{i}"]["env_steps"]),
+                     self.restored[i][1] + int(snap[f"sampler-{i}"]["episodes"])) for i in range(cfg.samplers)]
+        evals = [(int(r["env_step"]), float(r["mean_return"])) for r in read_results(self.run_dir)]
+        payload = assemble_payload(cfg.to_dict(), read_part(self.run_dir, k, LEARNERS[0]),
+                                   read_part(self.run_dir, k, LEARNERS[1]), samplers, self._global_step(snap),
+                                   self.context.generation, evals, cfg.seed)
+        self.last_checkpoint = save_checkpoint(self.run_dir, payload, payload["env_steps"], keep=cfg.keep_checkpoints)
+        remove_parts(self.run_dir, up_to=k)
+        self.ckpt_pending_since = None
+        return True
+
+    # --- stopping --------------------------------------------------------------------------------------------
+    def _wait_for(self, done: Callable[[], bool], timeout_s: float, stop_on_signal: bool = True) -> bool:
+        """Tick until ``done()``; False on timeout, a failure, or (``stop_on_signal``) a Ctrl-C/SIGTERM."""
+        deadline = time.monotonic() + timeout_s
+        while not done():
+            if time.monotonic() > deadline or self.failure is not None:
+                return False
+            if stop_on_signal and self.signal is not None:
+                return False
+            self._tick(0.02)
+        return True
+
+    def _learners_done(self) -> bool:
+        return all(self.block.role(r).get("done") for r in LEARNERS)
+
+    def _shutdown(self, t0: float) -> TrainResult:
+        finished = self.signal is None and self.failure is None
+        settled = False
+        if finished:  # learners catch up on the data collected, at the UTD ratio
+            self.state = "finishing"
+            self.control.set("phase", float(FINISH))
+            settled = self._wait_for(self._learners_done, 3600.0)
+            finished = self.signal is None and self.failure is None
+            if finished and not settled:
+                self.failure = "the learners did not finish within an hour of the last env step"
+        if not finished:  # learners finish the update in hand only
+            self.state = "stopping"
+            self.control.set("phase", float(HALT))
+            if self.signal is not None:
+                self.say("[spreeze] stopping: samplers stopped, learners finish their update, then a checkpoint "
+                         "(press Ctrl-C again to force)")
+            settled = self._wait_for(self._learners_done, HALT_WAIT_S, stop_on_signal=False)
+        if settled and self.failure is None:
+            timeout = 60.0 if finished else HALT_WAIT_S
+            self._request_checkpoint()
+            self._wait_for(lambda: self._try_assemble(timeout) or self.ckpt_pending_since is None, timeout + 5.0,
+                           stop_on_signal=False)
+        final = self._final_evaluation() if finished and self.failure is None else None
+        if finished:  # a short run on a loaded machine can end before the (deferred) monitor is up
+            monitor = self.children["monitor"]
+            self._wait_for(lambda: not monitor.alive or self.block.pid("monitor") == monitor.pid, 120.0)
+        self.control.set("phase", float(EXIT))
+        self.state = "exiting"
+        deadline = time.monotonic() + JOIN_S
+        for child in self.children.values():
+            if child.alive and self.block.pid(child.role) != child.pid:
+                child.kill_now()  # still starting up: it holds nothing to save, and imports can take long
+        for child in self.children.values():
+            child.stop(deadline)
+        snap = self.block.snapshot()
+        steps = self._global_step(snap)
+        if self.failure is not None:
+            self.state = "failed"
+            if self.user_error is not None:
+                raise SpreezeError(self.user_error)
+            raise RoleFailedError(self.failure)
+        if not finished:
+            self.state = "interrupted"
+            self.say(f"[spreeze] interrupted at {steps:,} env steps; checkpoint {self.last_checkpoint}; "
+                     f"resume with: python -m spreeze_like.run --resume {self.run_dir}")
+            if self.signal == signal.SIGTERM:
+                raise SystemExit(128 + signal.SIGTERM)
+            raise KeyboardInterrupt
+        self.state = "finished"
+        evals = [(int(r["env_step"]), float(r["mean_return"])) for r in read_results(self.run_dir)]
+        return TrainResult(
+            run_dir=self.run_dir, env_steps=steps, critic_updates=int(snap["critic-learner"]["total_updates"]),
+            actor_updates=int(snap["actor-learner"]["total_updates"]),
+            episodes=sum(e for _, e in self.restored) + int(sum(snap[f"sampler-{i}"]["episodes"]
+                                                                for i in range(self.config.samplers))),
+            final_eval_return=float(final["mean_return"]) if final else float("nan"),
+            final_eval_returns=tuple(final["returns"]) if final else (), evals=evals,
+            wall_s=time.monotonic() - t0, mode="parallel")
+
+    def _final_evaluation(self) -> dict[str, Any] | None:
+        steps = self._global_step(self.block.snapshot())
+        request = int(self.control.get("eval_request")) + 1
+        self.control.set("eval_step", float(steps))
+        self.control.set("eval_request", float(request))
+        if not self._wait_for(lambda: self.block.role("evaluator").get("eval_ack") >= request, 1800.0):
+            self.say("[spreeze] the final evaluation did not finish; see evals.jsonl for the last one")
+            return None
+        results = [r for r in read_results(self.run_dir) if r["env_step"] == steps]
+        return results[-1] if results else None
+
+    def _force_stop(self) -> None:
+        """Last line: every child gone, whatever happened above (idempotent)."""
+        if self.owned is not None and self.owned.stats is not None:
+            with contextlib.suppress(Exception):  # the block may be half-created
+                self.control.set("phase", float(EXIT))
+        forced = self.signal is not None and self.state not in ("finished", "interrupted", "failed")
+        deadline = time.monotonic() + (0.0 if forced else 2.0)
+        for child in self.children.values():
+            if forced:
+                child.kill_now()
+            child.stop(deadline)
+        remove_parts(self.run_dir)
+
+    # --- signals and status --------------------------------------------------------------------------------------
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}  # train() called from a thread: the caller handles signals
+
+        def handler(signum: int, frame: Any) -> None:
+            if self.signal is not None:  # the second Ctrl-C/SIGTERM: force
+                raise KeyboardInterrupt
+            self.signal = signum
+
+        return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def _write_status(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._status_t < 1.0:
+            return
+        self._status_t = now
+        roles = {}
+        snap = self.block.snapshot() if self.owned is not None and self.owned.stats is not None else {}
+        for role, child in self.children.items():
+            row = snap.get(role, {})
+            roles[role] = {"pid": child.pid, "process": child.state(), "restarts": child.restarts,
+                           "exit": describe_exit(child.last_exit) if child.last_exit is not None else None,
+                           "state": STATE_NAMES.get(int(row.get("state", 0)), "?") if row else None,
+                           "heartbeat_age_s": round(row["heartbeat_age_s"], 3) if row else None}
+        status = {"run_id": self.run_id, "supervisor_pid": os.getpid(), "state": self.state,
+                  "env_steps": int(snap.get(SUPERVISOR, {}).get("env_steps", 0)), "total_steps": self.config.total_steps,
+                  "last_checkpoint": str(self.last_checkpoint) if self.last_checkpoint else None,
+                  "failure": self.failure, "roles": roles, "updated_at": time.time()}
+        if force and snap:  # the last write: every role's counters, for tools such as tools/bench_learner_rate.py
+            status["counters"] = {role: {k: v for k, v in row.items() if k != "heartbeat_age_s"}
+                                  for role, row in snap.items()}
+        try:
+            write_json_atomic(self.run_dir / "status.json", status)
+        except OSError:
+            pass  # a status file is for humans and tools; a full disk must not stop training
+
+
+def _json_line(record: dict[str, Any]) -> str:
+    return json.dumps(record) + "\n"

@@ -1,0 +1,54 @@
+"""Shared by the autotune tests: the recorded probe fixtures and a probe-free cache seed."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from spreeze_like.autotune.results import ProbeResults
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REAL = FIXTURES / "probes_real_2core_cpu.json"  # recorded on the 2-core development machine
+ONE_GPU = FIXTURES / "probes_synthetic_1gpu.json"  # edited variants, see fixtures/make_synthetic.py
+TWO_GPU = FIXTURES / "probes_synthetic_2gpu.json"
+ALL = {"0gpu-real": REAL, "1gpu-synthetic": ONE_GPU, "2gpu-synthetic": TWO_GPU}
+
+
+def load(path: Path) -> ProbeResults:
+    return ProbeResults.load(path)
+
+
+def seed_cache(xdg: Path, fixture: Path = REAL, env_id: str = "Pendulum-v1", hidden: tuple[int, ...] = (256, 256)) -> Path:
+    """Put ``fixture`` where this machine's cache file for ``env_id`` (SAC, ``hidden``) would be."""
+    from spreeze_like.autotune import hardware
+    from spreeze_like.autotune.cache import cache_path
+
+    old = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = str(xdg)
+    try:
+        path = cache_path(hardware.fingerprint(), env_id, "sac", hidden)
+    finally:
+        if old is None:
+            del os.environ["XDG_CACHE_HOME"]
+        else:
+            os.environ["XDG_CACHE_HOME"] = old
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy(fixture, path)
+    return path
+
+
+def run_module(module: str, *args: str, xdg: Path, timeout: float = 240) -> subprocess.CompletedProcess:
+    env = {**os.environ, "XDG_CACHE_HOME": str(xdg), "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, "-m", module, *args], check=False, capture_output=True, text=True, timeout=timeout,
+                          env=env)
+
+
+def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2, proc.stderr + proc.stdout
+    assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    for fragment in fragments:
+        assert fragment in lines[0], lines[0]

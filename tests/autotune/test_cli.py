@@ -1,0 +1,97 @@
+"""The command lines: ``python -m spreeze_like.profile`` and ``python -m spreeze_like.run --autotune/--plan-only``."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from spreeze_like.autotune.results import ProbeResults
+
+from .helpers import assert_one_line_error, run_module, seed_cache
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory):
+    """One real profile run with a tiny budget, CPU only: (process, cache home, output folder)."""
+    xdg = tmp_path_factory.mktemp("xdg")
+    logdir = tmp_path_factory.mktemp("runs")
+    proc = run_module("spreeze_like.profile", "--budget", "3", "--devices", "cpu", "--logdir", str(logdir), xdg=xdg)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    (out_dir,) = logdir.glob("profile__*")
+    return proc, xdg, out_dir
+
+
+def test_profile_report_holds_every_item(profiled):
+    proc, _, _ = profiled
+    out = proc.stdout
+    for item in ("[profile", "CPU ", "physical", "logical", "memory ", "/dev/shm", "GPUs", "memcpy", "ring (process",
+                 "env.step alone", "with policy (1 env", "sampler with 8 env(s)", "cpu, 1 torch thread(s); stopped:",
+                 "critic/s", "actor/s", "critic frames/s", "autotune plan for Pendulum-v1", "--batch-size"):
+        assert item in out, item
+
+
+def test_profile_writes_json_tensorboard_and_the_cache(profiled):
+    from tests.trainer.tb import scalars
+
+    _, xdg, out_dir = profiled
+    results = ProbeResults.load(out_dir / "profile.json")
+    curve = results.curve("cpu", 1)
+    assert curve.points and curve.points[0].batch_size == 256 and curve.stop_reason
+    tags = scalars(out_dir)
+    assert [step for step, _ in tags["updates/cpu_1t/critic_frames_per_s"]] == [p.batch_size for p in curve.points]
+    assert [step for step, _ in tags["env/sampler_steps_per_s"]] == [1, 2, 4, 8]
+    for tag in ("updates/cpu_1t/critic_updates_per_s", "updates/cpu_1t/actor_updates_per_s",
+                "data/memcpy_gb_per_s", "data/ring_transitions_per_s", "env/step_alone_per_s"):
+        assert tag in tags
+    (cached,) = (xdg / "spreeze_like" / "probes").glob("*__Pendulum-v1__sac-256x256.json")
+    assert ProbeResults.load(cached).created == results.created
+
+
+def test_plan_only_prints_the_plan_from_the_cache_and_trains_nothing(tmp_path):
+    seed_cache(tmp_path / "xdg")
+    proc = run_module("spreeze_like.run", "--plan-only", "--batch-size", "512", "--logdir", str(tmp_path / "runs"),
+                      xdg=tmp_path / "xdg")
+    assert proc.returncode == 0, proc.stderr
+    assert "using cached probe results" in proc.stdout and "autotune plan for Pendulum-v1" in proc.stdout
+    line = next(ln for ln in proc.stdout.splitlines() if ln.strip().startswith("--batch-size"))
+    assert "512" in line and "set by you" in line  # the typed flag wins
+    assert "--samplers" in proc.stdout and "--buffer-size" in proc.stdout
+    assert not (tmp_path / "runs").exists()
+
+
+def test_autotune_trains_with_the_plan_and_saves_it(tmp_path):
+    seed_cache(tmp_path / "xdg", hidden=(32, 32))
+    proc = run_module("spreeze_like.run", "--autotune", "--hidden-sizes", "32", "32", "--total-steps", "300",
+                      "--learning-starts", "200", "--eval-every", "0", "--eval-episodes", "2", "--log-interval", "0",
+                      "--tb-interval", "0", "--checkpoint-every", "0", "--logdir", str(tmp_path / "runs"),
+                      xdg=tmp_path / "xdg")
+    assert proc.returncode == 0, proc.stderr
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    plan = json.loads((run_dir / "plan.json").read_text())
+    config = json.loads((run_dir / "config.json").read_text())
+    for name in ("batch_size", "samplers", "envs_per_sampler", "serial", "buffer_size", "torch_threads"):
+        assert plan["choices"][name]["source"] == "plan"
+        assert config[name] == plan["choices"][name]["value"], name
+    assert config["total_steps"] == 300 and config["hidden_sizes"] == [32, 32]  # the user's flags kept
+    assert "autotune plan for Pendulum-v1" in proc.stdout
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--plan-only", "--env", "NoSuchEnv-v0"], ["cannot make env", "NoSuchEnv-v0"]),
+    (["--plan-only", "--critic-device", "cuda:3"], ["--critic-device cuda:3", "no such device"]),
+    (["--autotune", "--probe-budget", "0.1"], ["--probe-budget", ">= 0.5"]),
+])
+def test_run_bad_input_is_one_line_and_exit_2(tmp_path, args, fragments):
+    seed_cache(tmp_path / "xdg")
+    assert_one_line_error(run_module("spreeze_like.run", *args, xdg=tmp_path / "xdg"), *fragments)
+
+
+@pytest.mark.parametrize("args, fragments", [
+    (["--budget", "0.1"], ["too small"]),
+    (["--env", "NoSuchEnv-v0"], ["cannot make env"]),
+])
+def test_profile_bad_input_is_one_line_and_exit_2(tmp_path, args, fragments):
+    proc = run_module("spreeze_like.profile", *args, "--logdir", str(tmp_path), xdg=tmp_path / "xdg")
+    assert_one_line_error(proc, *fragments)
+    assert not list(tmp_path.glob("profile__*"))  # nothing written for a failed profile

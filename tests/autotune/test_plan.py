@@ -1,0 +1,226 @@
+"""The planner, from recorded probe results: 0 GPUs (real recording), 1 and 2 GPUs (synthetic edits)."""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import json
+
+import pytest
+
+from spreeze_like.autotune.apply import apply_plan, explicit_fields
+from spreeze_like.autotune.plan import BATCH_CAP, GPU_MEMORY_FRACTION, PROCESS_BYTES, make_plan, replay_row_bytes
+from spreeze_like.config import TrainConfig
+from spreeze_like.errors import ConfigError
+
+from .helpers import ALL, ONE_GPU, REAL, TWO_GPU, load
+
+CONFIGS = {
+    "default": {},
+    "utd4": {"utd": 4.0},
+    "utd-quarter": {"utd": 0.25},
+    "prioritized-long": {"prioritized": True, "total_steps": 3_000_000, "buffer_size": 2_000_000},
+    "td3": {"algo": "td3"},
+}
+
+
+def plan_for(fixture, explicit=(), parallel=True, probes=None, **changes):
+    config = dataclasses.replace(TrainConfig(), **changes)
+    return make_plan(probes or load(fixture), config, explicit, parallel), config
+
+
+def with_cores(probes, cores):
+    probes = copy.deepcopy(probes)
+    probes.hardware.usable_cores = probes.hardware.logical_cores = cores
+    return probes
+
+
+# --- the three machines ------------------------------------------------------------------------------
+def test_real_two_core_cpu_machine():
+    plan, _ = plan_for(REAL)
+    assert plan.value("actor_device") == plan.value("critic_device") == "cpu"
+    # two CPU learners get a core each; the one sampler, paced to them, needs a few percent of a core
+    assert plan.value("serial") is False and "update frames/s in parallel" in plan.choices["serial"].reason
+    assert plan.value("samplers") == 1
+    assert plan.value("batch_size") in [p.batch_size for p in load(REAL).curve("cpu", 1).points]
+    assert plan.predicted["busy_processes"] == 2
+
+
+def test_the_mode_with_the_higher_expected_rate_wins():
+    probes = load(REAL)
+    for m in probes.curve("cpu", 2).points:  # pretend 2 threads were 4x faster than 1: serial wins
+        m.critic.value = 4 * probes.curve("cpu", 1).point(m.batch_size).critic.value
+        m.actor.value = 4 * probes.curve("cpu", 1).point(m.batch_size).actor.value
+    plan, _ = plan_for(REAL, probes=probes)
+    assert plan.value("serial") is True and plan.value("torch_threads") == 2
+    assert "in one process vs" in plan.choices["serial"].reason
+
+
+def test_a_sampler_that_must_run_flat_out_counts_as_busy():
+    probes = load(REAL)
+    for n in probes.env.per_sampler:  # samplers barely faster than the learners need: a busy third process
+        probes.env.per_sampler[n].value = 60.0
+    probes.env.step_with_policy.value = 60.0
+    plan, _ = plan_for(REAL, probes=probes)
+    assert plan.value("serial") is True and "busy processes on 2 core(s)" in plan.choices["serial"].reason
+
+
+def test_cpu_machine_with_more_cores_runs_parallel():
+    plan, _ = plan_for(REAL, probes=with_cores(load(REAL), 8))
+    assert plan.value("serial") is False
+    assert 1 <= plan.value("samplers") <= 6
+    assert plan.predicted["busy_processes"] <= 8 and plan.predicted["cpu_demand"] <= 8
+
+
+def test_no_parallel_mode_means_serial():
+    plan, _ = plan_for(REAL, parallel=False, probes=with_cores(load(REAL), 8))
+    assert plan.value("serial") is True and "not built" in plan.choices["serial"].reason
+
+
+def test_one_gpu_puts_both_learners_on_it_with_a_large_batch():
+    plan, _ = plan_for(ONE_GPU)
+    assert plan.value("actor_device") == plan.value("critic_device") == "cuda:0"
+    assert plan.value("serial") is False
+    # the synthetic GPU curve is launch-bound (flat update time): the batch grows to the cap
+    assert plan.value("batch_size") == BATCH_CAP
+    assert plan.value("torch_threads") == 1
+    # enough samplers for the GPU's update rate at UTD 1, within the cores left by the learners
+    point = load(ONE_GPU).curve("cuda:0").point(BATCH_CAP)
+    sampler_hz = load(ONE_GPU).env.per_sampler[plan.value("envs_per_sampler")].value
+    assert plan.value("samplers") * sampler_hz >= min(point.critic.value, 14 * sampler_hz) * 0.99
+
+
+def test_two_gpus_put_each_learner_on_its_own_and_the_critic_on_the_faster():
+    plan, _ = plan_for(TWO_GPU)
+    assert plan.value("critic_device") == "cuda:1"  # 25% faster in the fixture
+    assert plan.value("actor_device") == "cuda:0"
+
+
+def test_a_gpu_slower_than_the_cpu_is_not_used():
+    probes = load(ONE_GPU)
+    for p in probes.curve("cuda:0").points:
+        p.critic.value = p.actor.value = 1e-3
+    plan, _ = plan_for(ONE_GPU, probes=probes)
+    assert plan.value("critic_device") == "cpu" and "no GPU measured faster" in plan.choices["critic_device"].reason
+
+
+# --- invariants over every fixture and several configs --------------------------------------------------
+@pytest.mark.parametrize("config_name", CONFIGS)
+@pytest.mark.parametrize("fixture_name", ALL)
+def test_plan_invariants(fixture_name, config_name):
+    probes = load(ALL[fixture_name])
+    plan, config = plan_for(ALL[fixture_name], **CONFIGS[config_name])
+    hw = probes.hardware
+    cores = hw.usable_cores
+    # never more busy processes than cores; the paced samplers that do not count add under half a core
+    assert plan.predicted["busy_processes"] <= cores
+    assert plan.predicted["cpu_demand"] < cores + 0.5
+    # replay (and rings) within the free memory
+    row = replay_row_bytes(probes.env.obs_dim, probes.env.act_dim, config.prioritized)
+    procs = 1 if plan.value("serial") else plan.value("samplers") + 5
+    free = hw.memory_available if plan.value("serial") else min(hw.memory_available, hw.shm_free)
+    assert plan.value("buffer_size") * row <= free - procs * PROCESS_BYTES
+    assert plan.value("buffer_size") >= plan.value("batch_size")
+    # batch within GPU memory, and a batch size that was measured
+    curve = probes.curve(plan.value("critic_device"))
+    point = curve.point(plan.value("batch_size"))
+    assert point is not None
+    gpu = {g.device: g for g in hw.gpus}.get(plan.value("critic_device"))
+    if gpu is not None:
+        assert point.peak_memory <= GPU_MEMORY_FRACTION * gpu.total_memory
+    # every choice has a one-line reason, and the result is a valid config
+    for name, choice in plan.choices.items():
+        assert choice.reason and "\n" not in choice.reason, name
+    apply_plan(config, plan).validate()
+
+
+def test_batch_respects_a_small_gpu():
+    probes = load(ONE_GPU)
+    probes.hardware.gpus[0].total_memory = 2**27  # 128 MiB: the fixture's peak at 8192 is ~146 MiB
+    plan, _ = plan_for(ONE_GPU, probes=probes)
+    point = probes.curve("cuda:0").point(plan.value("batch_size"))
+    assert point.peak_memory <= GPU_MEMORY_FRACTION * 2**27
+    assert plan.value("batch_size") < BATCH_CAP
+
+
+def test_replay_shrinks_to_the_free_memory():
+    probes = load(REAL)
+    probes.hardware.memory_available = PROCESS_BYTES + 64 * 2**20  # 64 MiB beyond one process
+    plan, _config = plan_for(REAL, probes=probes, total_steps=10_000_000, buffer_size=10_000_000)
+    row = replay_row_bytes(probes.env.obs_dim, probes.env.act_dim, False)
+    assert plan.value("buffer_size") * row <= 0.5 * 64 * 2**20
+    assert "would not fit" in plan.choices["buffer_size"].reason
+
+
+def test_cpu_threads_only_when_measured_faster():
+    probes = with_cores(load(REAL), 2)
+    one, many = probes.curve("cpu", 1), probes.curve("cpu", 2)
+    assert many is not None, "the real recording has a 2-thread CPU curve"
+    plan, _ = plan_for(REAL, probes=probes, serial=True, explicit={"serial"})
+    faster = all(m.critic.value >= 1.1 * one.point(m.batch_size).critic.value for m in many.points)
+    assert plan.value("torch_threads") == (2 if faster else 1)
+    for m in many.points:  # now make two threads clearly faster
+        m.critic.value = 3 * one.point(m.batch_size).critic.value
+    plan, _ = plan_for(REAL, probes=probes, serial=True, explicit={"serial"})
+    assert plan.value("torch_threads") == 2
+
+
+# --- the user's flags win ------------------------------------------------------------------------------------
+def test_user_flags_win_and_the_rest_is_planned_around_them():
+    user = {"batch_size": 1024, "samplers": 3, "critic_device": "cpu", "serial": False}
+    plan, config = plan_for(ONE_GPU, explicit=set(user), **user)
+    for name, value in user.items():
+        assert plan.value(name) == value and plan.choices[name].source == "user"
+    assert plan.value("actor_device") == "cuda:0"  # still planned
+    tuned = apply_plan(config, plan)
+    for name, value in user.items():
+        assert getattr(tuned, name) == value
+
+
+def test_a_flag_equal_to_its_default_still_wins_when_typed():
+    # --batch-size 256 typed on the command line: the plan must not replace it with its own choice
+    plan, _ = plan_for(ONE_GPU, explicit={"batch_size"}, batch_size=256)
+    assert plan.value("batch_size") == 256 and plan.choices["batch_size"].source == "user"
+    plan, _ = plan_for(ONE_GPU)
+    assert plan.value("batch_size") != 256
+
+
+def test_explicit_fields_in_python_are_those_off_default():
+    config = dataclasses.replace(TrainConfig(), batch_size=512, autotune=True)
+    assert explicit_fields(config) == {"batch_size"}
+    assert explicit_fields(config, {"samplers"}) == {"batch_size", "samplers"}
+
+
+@pytest.mark.parametrize("flag", ["critic_device", "actor_device"])
+def test_a_device_that_does_not_exist_is_a_one_line_error(flag):
+    with pytest.raises(ConfigError) as info:
+        plan_for(ONE_GPU, explicit={flag}, **{flag: "cuda:3"})
+    assert "cuda:3" in str(info.value) and "\n" not in str(info.value)
+
+
+# --- the plan as data -----------------------------------------------------------------------------------------
+def test_plan_is_pure_and_round_trips():
+    probes = load(TWO_GPU)
+    before = probes.to_json()
+    a, _ = plan_for(TWO_GPU, probes=probes)
+    b, _ = plan_for(TWO_GPU, probes=probes)
+    assert probes.to_json() == before  # the input is not modified
+    assert a.to_dict() == b.to_dict()
+    assert json.loads(a.to_json())["choices"]["batch_size"]["value"] == a.value("batch_size")
+    text = a.text()
+    for name in a.choices:
+        assert "--" + name.replace("_", "-") in text
+
+
+def test_estimates_are_carried_into_the_plan():
+    probes = load(REAL)
+    probes.ring.estimate = "budget too small"
+    plan, _ = plan_for(REAL, probes=probes)
+    assert any("ring: budget too small" in e for e in plan.estimates)
+    assert "estimate: ring: budget too small" in plan.text()
+
+
+def test_fixtures_are_labelled():
+    for path in (ONE_GPU, TWO_GPU):
+        assert json.loads(path.read_text())["_fixture"].startswith("SYNTHETIC")
+    assert json.loads(REAL.read_text())["_fixture"].startswith("REAL")

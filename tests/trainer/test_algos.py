@@ -1,0 +1,135 @@
+"""Algorithm halves: flat vectors, identical initial copies, the TD target, IS weights, TD3 delays."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from spreeze_like.algos import make_actor_part, make_critic_part, make_policy
+from spreeze_like.algos.base import AlgoSpec, Batch
+from spreeze_like.algos.networks import get_flat, set_flat
+
+ALGOS = ("sac", "td3", "ddpg")
+
+
+def spec(algo: str, **kw) -> AlgoSpec:
+    return AlgoSpec(
+        algo=algo, obs_dim=3, act_dim=2, hidden_sizes=(16, 16), policy_delay=2 if algo == "td3" else 1, **kw
+    )
+
+
+def batch(n: int = 32, seed: int = 0, terminated: float | None = None, weights=None) -> Batch:
+    g = torch.Generator().manual_seed(seed)
+    term = torch.randint(0, 2, (n,), generator=g).float() if terminated is None else torch.full((n,), terminated)
+    return Batch(
+        torch.randn(n, 3, generator=g),
+        torch.rand(n, 2, generator=g) * 2 - 1,
+        torch.randn(n, generator=g),
+        torch.randn(n, 3, generator=g),
+        term,
+        weights,
+    )
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_halves_start_from_identical_copies(algo):
+    critic_part, actor_part = make_critic_part(spec(algo), "cpu"), make_actor_part(spec(algo), "cpu")
+    np.testing.assert_array_equal(get_flat([critic_part.actor]), actor_part.actor_vector())
+    np.testing.assert_array_equal(get_flat([make_policy(spec(algo))]), actor_part.actor_vector())
+    np.testing.assert_array_equal(
+        critic_part.critic_vector()[: actor_part._critic_numel], get_flat([actor_part.critic])
+    )
+    assert len(critic_part.critic_vector()) == actor_part.critic_vector_size
+    assert critic_part.actor_vector_size == len(actor_part.actor_vector())
+
+
+def test_flat_vectors_round_trip_without_aliasing():
+    policy = make_policy(spec("sac"))
+    vec = np.arange(len(get_flat([policy])), dtype=np.float32)
+    set_flat([policy], vec)
+    vec[:] = -1.0  # the caller's array (a board view, say) changes afterwards
+    np.testing.assert_array_equal(get_flat([policy]), np.arange(len(vec), dtype=np.float32))
+    with pytest.raises(ValueError, match="shape"):
+        set_flat([policy], vec[:-1])
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_steps_run_and_return_priorities(algo):
+    critic_part, actor_part = make_critic_part(spec(algo), "cpu"), make_actor_part(spec(algo), "cpu")
+    td, metrics = critic_part.step(batch())
+    assert td.shape == (32,) and torch.all(td >= 0)
+    assert all(torch.isfinite(v) for v in metrics.values()) and "qf1_loss" in metrics
+    actor_part.load_critic_vector(critic_part.critic_vector())
+    before = actor_part.actor_vector()
+    assert "actor_loss" in actor_part.step(batch(seed=1))
+    assert not np.array_equal(before, actor_part.actor_vector())
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_critic_fits_a_fixed_batch(algo):
+    part = make_critic_part(spec(algo, gamma=0.0), "cpu")  # gamma 0: the target is the reward
+    b = batch()
+    first = part.step(b)[1]["qf1_loss"].item()
+    for _ in range(300):
+        last = part.step(b)[1]["qf1_loss"].item()
+    assert last < 0.2 * first
+
+
+def test_target_bootstraps_on_terminated_only():
+    part = make_critic_part(spec("ddpg", gamma=0.5), "cpu")
+    part.critic_target = lambda obs, act: [torch.full((len(obs),), 10.0)]  # a known next-state value
+    b = batch(n=8)
+    with torch.no_grad():
+        q = part.critic(b.obs, b.action)[0]
+    td, _ = part.step(b)
+    expected = (q - (b.reward + (1 - b.terminated) * 0.5 * 10.0)).abs()
+    torch.testing.assert_close(td, expected)
+    assert 0 < b.terminated.sum() < 8  # both cases present
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_importance_weights_scale_the_critic_loss(algo):
+    part = make_critic_part(spec(algo), "cpu")
+    before = get_flat([part.critic])
+    _, metrics = part.step(batch(weights=torch.zeros(32)))
+    assert metrics["qf1_loss"].item() == 0.0
+    np.testing.assert_array_equal(before, get_flat([part.critic]))  # zero weights: no gradient
+    part2 = make_critic_part(spec(algo), "cpu")
+    loss_w2 = part2.step(batch(weights=torch.full((32,), 2.0)))[1]["qf1_loss"].item()
+    part3 = make_critic_part(spec(algo), "cpu")
+    loss_w1 = part3.step(batch())[1]["qf1_loss"].item()
+    assert loss_w2 == pytest.approx(2.0 * loss_w1, rel=1e-5)
+
+
+def test_sac_alpha_travels_with_the_critic_vector():
+    critic_part, actor_part = make_critic_part(spec("sac", alpha_init=0.5), "cpu"), make_actor_part(spec("sac"), "cpu")
+    for i in range(5):
+        critic_part.step(batch(seed=i))
+    actor_part.load_critic_vector(critic_part.critic_vector())
+    assert actor_part.log_alpha.item() == pytest.approx(critic_part.log_alpha.item())
+    assert critic_part.log_alpha.item() != pytest.approx(math.log(0.5))  # alpha is being tuned
+
+
+def test_td3_targets_move_every_policy_delay_updates():
+    part = make_critic_part(spec("td3"), "cpu")
+    target0 = get_flat([part.critic_target])
+    part.step(batch(seed=0))
+    np.testing.assert_array_equal(target0, get_flat([part.critic_target]))  # update 1 of 2: targets still
+    part.step(batch(seed=1))
+    assert not np.array_equal(target0, get_flat([part.critic_target]))
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_state_dict_restores_the_exact_continuation(algo):
+    a, b = make_critic_part(spec(algo), "cpu"), make_critic_part(spec(algo), "cpu")
+    for i in range(3):
+        a.step(batch(seed=i))
+    b.load_state_dict(a.state_dict())
+    b.updates = a.updates
+    td_a, _ = a.step(batch(seed=9))
+    td_b, _ = b.step(batch(seed=9))
+    torch.testing.assert_close(td_a, td_b, rtol=0, atol=0)
+    np.testing.assert_array_equal(get_flat([a.critic]), get_flat([b.critic]))

@@ -1,0 +1,70 @@
+"""Checkpoints: atomic write + rotation, corrupt and foreign checkpoints refused, RNG round trip."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from spreeze_like.checkpoint import (
+    capture_process_rng,
+    check_compatible,
+    list_checkpoints,
+    load_latest,
+    restore_process_rng,
+    save_checkpoint,
+)
+from spreeze_like.errors import CheckpointError
+
+
+def payload(step: int) -> dict:
+    return {"config": {"env": "Pendulum-v1", "algo": "sac"}, "env_steps": step, "roles": {"x": torch.ones(2) * step}}
+
+
+def test_save_rotates_and_loads_newest(tmp_path):
+    for step in (100, 200, 300):
+        save_checkpoint(tmp_path, payload(step), step, keep=2)
+    names = [p.name for p in list_checkpoints(tmp_path)]
+    assert names == ["ckpt_0000000200.pt", "ckpt_0000000300.pt"]
+    loaded, path = load_latest(tmp_path)
+    assert loaded["env_steps"] == 300 and path.name.endswith("300.pt")
+    assert not list((tmp_path / "checkpoints").glob(".*tmp*"))  # no temporary file left
+
+
+def test_a_killed_writers_temp_file_is_ignored(tmp_path):
+    save_checkpoint(tmp_path, payload(100), 100)
+    (tmp_path / "checkpoints" / ".ckpt_0000000200.pt.tmp.12345").write_bytes(b"half a checkpoint")
+    assert load_latest(tmp_path)[0]["env_steps"] == 100
+    save_checkpoint(tmp_path, payload(300), 300)
+    assert not list((tmp_path / "checkpoints").glob(".*tmp*"))
+
+
+def test_corrupt_checkpoint_is_one_line_error(tmp_path):
+    path = save_checkpoint(tmp_path, payload(100), 100)
+    path.write_bytes(path.read_bytes()[:50])
+    with pytest.raises(CheckpointError, match="corrupt or unreadable") as info:
+        load_latest(tmp_path)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_checkpoint(tmp_path):
+    with pytest.raises(CheckpointError, match="no checkpoint"):
+        load_latest(tmp_path)
+
+
+def test_foreign_checkpoint_refused(tmp_path):
+    with pytest.raises(CheckpointError, match="from env 'Pendulum-v1' with algo 'sac'"):
+        check_compatible(payload(1), "HalfCheetah-v5", "sac", "p")
+    with pytest.raises(CheckpointError):
+        check_compatible(payload(1), "Pendulum-v1", "td3", "p")
+    check_compatible(payload(1), "Pendulum-v1", "sac", "p")
+
+
+def test_process_rng_round_trip(tmp_path):
+    state = capture_process_rng()
+    save_checkpoint(tmp_path, {**payload(1), "rng": state}, 1)
+    first = (random.random(), np.random.rand(), torch.rand(1).item())
+    restore_process_rng(load_latest(tmp_path)[0]["rng"])
+    assert (random.random(), np.random.rand(), torch.rand(1).item()) == first

@@ -1,0 +1,126 @@
+"""TrainConfig: defaults, the argparse bridge, JSON config files, validation, device resolution."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+
+from spreeze_like.config import TrainConfig, build_parser, parse_cli
+from spreeze_like.devices import resolve_devices
+from spreeze_like.errors import ConfigError
+
+
+def test_defaults_are_valid_and_sac_on_pendulum():
+    cfg = TrainConfig().validate()
+    assert (cfg.env, cfg.algo) == ("Pendulum-v1", "sac")
+
+
+def test_every_field_is_a_flag_with_help():
+    help_text = build_parser().format_help()
+    for f in dataclasses.fields(TrainConfig):
+        assert "--" + f.name.replace("_", "-") in help_text
+        assert f.metadata["help"]
+
+
+def test_flags_parse_to_typed_values():
+    cfg = parse_cli(
+        [
+            "--algo",
+            "td3",
+            "--total-steps",
+            "123",
+            "--utd",
+            "0.5",
+            "--prioritized",
+            "--hidden-sizes",
+            "64",
+            "32",
+            "--target-entropy",
+            "-2.5",
+            "--serial",
+        ]
+    )
+    assert (cfg.algo, cfg.total_steps, cfg.utd, cfg.prioritized) == ("td3", 123, 0.5, True)
+    assert cfg.hidden_sizes == (64, 32) and cfg.target_entropy == -2.5 and cfg.serial
+    assert parse_cli(["--target-entropy", "auto"]).target_entropy is None
+    assert parse_cli(["--no-prioritized"]).prioritized is False
+
+
+def test_config_file_then_flags_win(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"batch_size": 64, "seed": 7, "hidden_sizes": [32, 32]}))
+    cfg = parse_cli(["--config", str(path), "--seed", "9"])
+    assert (cfg.batch_size, cfg.seed, cfg.hidden_sizes) == (64, 9, (32, 32))
+
+
+def test_json_round_trip():
+    cfg = TrainConfig(algo="ddpg", hidden_sizes=(8, 8), target_entropy=-1.0)
+    assert TrainConfig.from_dict(json.loads(cfg.to_json())) == cfg
+
+
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        ('{"batch_sise": 3}', "unknown setting"),
+        ('{"batch_size": "big"}', "wrong type"),
+        ("{not json", "not valid JSON"),
+    ],
+)
+def test_bad_config_file_is_one_line(tmp_path, content, match):
+    path = tmp_path / "c.json"
+    path.write_text(content)
+    with pytest.raises(ConfigError, match=match) as info:
+        parse_cli(["--config", str(path)])
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "changes, flag",
+    [
+        ({"batch_size": 0}, "--batch-size"),
+        ({"total_steps": -1}, "--total-steps"),
+        ({"gamma": 1.0}, "--gamma"),
+        ({"tau": 0.0}, "--tau"),
+        ({"utd": float("nan")}, "--utd"),
+        ({"actor_lr": float("inf")}, "--actor-lr"),
+        ({"batch_size": 512, "buffer_size": 256}, "--batch-size"),
+        ({"hidden_sizes": ()}, "--hidden-sizes"),
+        ({"actor_device": "gpu0"}, "--actor-device"),
+        ({"algo": "ppo"}, "--algo"),
+        ({"env": " "}, "--env"),
+    ],
+)
+def test_invalid_values_raise_one_line_config_error(changes, flag):
+    with pytest.raises(ConfigError) as info:
+        dataclasses.replace(TrainConfig(), **changes).validate()
+    assert flag in str(info.value) and "\n" not in str(info.value)
+
+
+def test_resolve_fills_policy_delay():
+    assert dataclasses.replace(TrainConfig(), algo="td3").resolve().policy_delay == 2
+    assert TrainConfig().resolve().policy_delay == 1
+    assert dataclasses.replace(TrainConfig(), algo="td3", policy_delay=3).resolve().policy_delay == 3
+
+
+@pytest.mark.parametrize(
+    "count, expected",
+    [(0, ("cpu", "cpu")), (1, ("cuda:0", "cuda:0")), (2, ("cuda:0", "cuda:1")), (4, ("cuda:0", "cuda:1"))],
+)
+def test_auto_devices_follow_gpu_count(count, expected):
+    assert resolve_devices("auto", "auto", count=count) == expected
+
+
+def test_auto_devices_use_the_mockable_count(monkeypatch):
+    monkeypatch.setattr("spreeze_like.devices.cuda_device_count", lambda: 2)
+    cfg = TrainConfig().resolve()
+    assert (cfg.actor_device, cfg.critic_device) == ("cuda:0", "cuda:1")
+
+
+def test_explicit_devices():
+    assert resolve_devices("cpu", "cuda", count=1) == ("cpu", "cuda:0")
+    with pytest.raises(ConfigError, match="CUDA is not available"):
+        resolve_devices("cuda:0", "auto", count=0)
+    with pytest.raises(ConfigError, match="has 1 GPU"):
+        resolve_devices("auto", "cuda:1", count=1)

@@ -1,0 +1,66 @@
+"""Tiny gymnasium envs with known dynamics for the trainer tests (registered on import).
+
+Used as ``trainer.tiny_envs:TinyWalk-v0`` (the ``module:EnvId`` form; ``tests/`` on the path).
+
+* ``TinyWalk-v0``: obs = [t, 10 + t]; reward = the action the env receives (so a test can see the
+  rescaling to the env's bounds [-2, 2]); never terminates; time limit 5 steps -> truncation.
+* ``TinyTerminate-v0``: like TinyWalk but terminates at t == 3 (time limit 10).
+* ``TinyNaN-v0``: like TinyWalk but the observation at t == 2 is NaN.
+* ``TinyDiscrete-v0``: a Discrete(3) action space (must be refused).
+* ``TinyBadReset-v0``: raises on reset (must be refused with EnvError).
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+import gymnasium as gym
+import numpy as np
+
+
+class TinyWalk(gym.Env):
+    metadata: ClassVar[dict] = {"render_modes": []}
+
+    def __init__(self, terminate_at: int | None = None, nan_at: int | None = None) -> None:
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+        self.action_space = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
+        self.terminate_at, self.nan_at = terminate_at, nan_at
+        self.t = 0
+
+    def _obs(self) -> np.ndarray:
+        if self.nan_at is not None and self.t == self.nan_at:
+            return np.array([np.nan, np.nan], np.float32)
+        return np.array([self.t, 10 + self.t], np.float32)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        terminated = self.terminate_at is not None and self.t >= self.terminate_at
+        return self._obs(), float(np.asarray(action).reshape(-1)[0]), terminated, False, {}
+
+
+class TinyDiscrete(TinyWalk):
+    def __init__(self) -> None:
+        super().__init__()
+        self.action_space = gym.spaces.Discrete(3)
+
+
+class TinyBadReset(TinyWalk):
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        raise RuntimeError("simulator failed to start")
+
+
+def _register(env_id: str, entry: str, **kwargs) -> None:
+    if env_id not in gym.registry:
+        gym.register(env_id, entry_point=f"{__name__}:{entry}", **kwargs)
+
+
+_register("TinyWalk-v0", "TinyWalk", max_episode_steps=5)
+_register("TinyTerminate-v0", "TinyWalk", max_episode_steps=10, kwargs={"terminate_at": 3})
+_register("TinyNaN-v0", "TinyWalk", max_episode_steps=5, kwargs={"nan_at": 2})
+_register("TinyDiscrete-v0", "TinyDiscrete", max_episode_steps=5)
+_register("TinyBadReset-v0", "TinyBadReset", max_episode_steps=5)
