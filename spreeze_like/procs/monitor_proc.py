@@ -82,6 +82,10 @@ def run(args: ChildArgs) -> None:
                     extra.write(monitor.writer, monitor.global_step(monitor.before), monitor.before)
                 time.sleep(nap)
         finally:
+            if monitor.t_last <= monitor.t0:
+                # started late (a short session on a loaded machine): write the final state at least once,
+                # Monitor.close() skips its last write when the previous one is under 0.5 s old
+                monitor.write()
             snap = block.snapshot()
             extra.write(monitor.writer, monitor.global_step(snap), snap)
             monitor.close()

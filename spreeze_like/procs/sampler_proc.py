@@ -20,12 +20,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from spreeze_like.algos.base import AlgoSpec
-from spreeze_like.envs import env_info
 from spreeze_like.ipc import Ring
 from spreeze_like.procs.control import DONE, EXIT, RUN, RUNNING, WAITING, ChildArgs, Control, Napper, set_state
 from spreeze_like.procs.segments import Attached
-from spreeze_like.roles.sampler import SamplerWorker, random_steps_per_sampler
+from spreeze_like.roles import build
+from spreeze_like.roles.sampler import SamplerWorker
 
 
 class StopSampling(Exception):
@@ -64,8 +63,7 @@ class RingSink:
 def run(args: ChildArgs) -> None:
     """Process body (called by :func:`spreeze_like.procs.control.child_main`)."""
     cfg, i = args.config, args.index
-    info = env_info(cfg.env)
-    spec = AlgoSpec.from_config(cfg, info.obs_dim, info.act_dim)
+    spec = build.algo_spec(cfg)
     with Attached(args.segments) as shm:
         block = shm.stats()
         control = Control(block)
@@ -74,10 +72,8 @@ def run(args: ChildArgs) -> None:
         sampler_rows = [block.role(r) for r in block.roles if r.startswith("sampler-")]
         sink = RingSink(shm.ring(i, "writer"), control, row)
         weights = shm.board("actor", "reader")
-        random_steps = random_steps_per_sampler(cfg.learning_starts, cfg.samplers)
         # A restart gets new env seeds and RNG streams (a new generation per restart and resume).
-        worker = SamplerWorker(cfg.env, spec, i, cfg.envs_per_sampler, random_steps, sink, weights, row,
-                               generation=args.generation + 1000 * args.restarts)
+        worker = build.sampler(cfg, spec, i, sink, weights, row, generation=args.generation + 1000 * args.restarts)
         restored_steps, restored_episodes = args.extra.get("restored", (0, 0))  # from the resumed checkpoint
         session_steps = int(row.get("env_steps"))  # > 0 after a restart: this session's steps so far
         worker.env_steps = restored_steps + session_steps

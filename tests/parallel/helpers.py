@@ -32,7 +32,7 @@ def start_cli(*args: str, log: Path) -> subprocess.Popen:
 
 
 def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "spreeze_like.run", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "spreeze_like.run", *args], check=False, capture_output=True, text=True,
                           timeout=timeout, env=cli_env())
 
 

@@ -60,7 +60,7 @@ def test_assembled_checkpoint_resumes_in_serial_mode(tmp_path):
     (run_dir / "config.json").write_text(config.to_json())
     payload = assemble_payload(config.to_dict(), {"learner": critic.state_dict()}, {"learner": actor.state_dict()},
                                samplers=[(300, 2), (200, 1)], env_steps=500, generation=0,
-                               evals=[(250, -1000.0)], seed=config.seed)
+                               evals=[(250, -1000.0, 12.5)], seed=config.seed)
     save_checkpoint(run_dir, payload, 500)
     loaded, _ = load_latest(run_dir)
     assert loaded["mode"] == "parallel" and loaded["env_steps"] == 500 and loaded["critic_updates"] == 3
@@ -72,6 +72,6 @@ def test_assembled_checkpoint_resumes_in_serial_mode(tmp_path):
         assert resumed.critic.updates == 3 and resumed.actor.updates == 3
         for got, want in zip(resumed.critic.part.critic.parameters(), critic.part.critic.parameters()):
             torch.testing.assert_close(got, want, rtol=0, atol=0)
-        assert resumed.evals == [(250, -1000.0)]
+        assert resumed.evals == [(250, -1000.0, 12.5)]
     finally:
         resumed.close()
