@@ -103,7 +103,7 @@ def measure_alone(config, seconds: float) -> dict:
 
 
 def measure_run(config, feeder: str) -> dict:
-    from spreeze_like.train import train
+    from spreeze_like.training import train
 
     os.environ["SPREEZE_FEEDER"] = feeder
     try:
@@ -121,6 +121,7 @@ def measure_run(config, feeder: str) -> dict:
         "cpu_share": c["learn_cpu_s"] / window, "rate_per_cpu_s": (updates - 1) / c["learn_cpu_s"],
         "drained_rows": c["drained_rows"], "drain_us_per_row": 1e6 * c["drain_s"] / max(1.0, c["drained_rows"]),
         "env_steps": result.env_steps, "wall_s": result.wall_s, "final_eval": result.final_eval_return,
+        "run_dir": str(result.run_dir),
     }
 
 

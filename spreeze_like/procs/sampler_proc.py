@@ -18,6 +18,8 @@ sequence) and the same stats row, whose ``env_steps`` counter tells it where its
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
 from spreeze_like.ipc import Ring
@@ -34,28 +36,29 @@ class StopSampling(Exception):
 class RingSink:
     """A :class:`~spreeze_like.roles.ports.TransitionSink` over a ring that waits without hanging.
 
-    ``Ring.write`` would block until the reader drains; this sink writes what fits, then naps and
-    retries, beating the heartbeat and giving up when the phase becomes ``EXIT``. Waits are counted
+    ``Ring.write`` would block until the reader drains; this sink writes what fits, then sleeps on the
+    ring's doorbell (``wait_writable``) and retries, beating the heartbeat and giving up when the
+    phase becomes ``EXIT``. Waits are counted
     in the stats row (``ring_waits``, ``ring_wait_s``: the ``ipc/ring_full_waits`` metric).
     """
 
     def __init__(self, ring: Ring, control: Control, stats: object) -> None:
         self.ring, self.control, self.stats = ring, control, stats
-        self._napper = Napper(max_s=2e-3)
 
     def write(self, rows: np.ndarray) -> None:
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         done = self.ring.try_write(rows)
         if done == len(rows):
             return
-        waited = 0.0
-        self._napper.reset()
+        t0 = time.perf_counter()
         while done < len(rows):
             if self.control.phase() == EXIT:
                 raise StopSampling
-            waited += self._napper.nap()
+            # sleeps on the reader's doorbell: woken as soon as the feeder releases records
+            self.ring.wait_writable(len(rows) - done, timeout=0.05)
             self.stats.beat()
             done += self.ring.try_write(rows[done:])
+        waited = time.perf_counter() - t0
         self.stats.add("ring_waits")
         self.stats.add("ring_wait_s", waited)
 
