@@ -475,6 +475,8 @@ def main(argv: list[str] | None = None) -> dict:
                 records.append(run_sb3(args, seed, scratch))
                 torch.set_num_threads(threads)
                 print(f"  done sb3 seed {seed}: {records[-1].wall_s:.1f} s, load {load_line()}", flush=True)
+            if args.json:  # the raw records so far: a run cut short still leaves its finished seeds
+                Path(args.json).write_text(json.dumps({"partial": [dataclasses.asdict(r) for r in records]}))
         figures = report(records, args)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -21,7 +21,7 @@ def test_bench_vs_sb3_smallest_configuration(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
     cmd = [sys.executable, str(ROOT / "tools" / "bench_vs_sb3.py"), "--seeds", "1", "--serial", "--total-steps", "600",
            "--learning-starts", "400", "--eval-every", "300", "--eval-episodes", "2", "--json", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, check=False)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert "load average before" in proc.stdout and "ratios ours / SB3" in proc.stdout
     rows = json.loads(out.read_text())["rows"]
