@@ -84,8 +84,9 @@ class RoleProcess:
     # --- lifecycle -----------------------------------------------------------------------------------
     def start(self) -> None:
         args = self.make_args(self.restarts)
-        self.process = self.ctx.Process(target=child_main, args=(self.module, args), name=self.role, daemon=True)
-        start_ignoring_sigint(self.process)
+        process = self.ctx.Process(target=child_main, args=(self.module, args), name=self.role, daemon=True)
+        start_ignoring_sigint(process)  # on failure self.process stays what it was: never a never-started one
+        self.process = process
         self.started_at = time.monotonic()
         self.restart_at = None
         self.death_handled = False

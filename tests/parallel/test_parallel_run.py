@@ -185,3 +185,16 @@ def test_learner_death_ends_the_run_with_a_clear_message(tmp_path):
     assert read_status(run_dir)["state"] == "failed"
     load_latest(run_dir)  # the last good checkpoint is intact
     assert_nothing_left(run_dir)
+
+
+def test_stop_at_return_ends_the_run_early(tmp_path):
+    proc = run_cli(*TINY_ARGS, "--total-steps", "100000", "--eval-every", "400", "--stop-at-return", "-100000",
+                   "--logdir", str(tmp_path), timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert re.search(r"evaluation return -?[\d.]+ >= --stop-at-return -100000(\.0)? at [\d,]+ env steps; stopping",
+                     proc.stdout), proc.stdout[-2000:]
+    run_dir = only_run_dir(tmp_path)
+    payload, _ = load_latest(run_dir)
+    assert 400 <= payload["env_steps"] < 100000
+    assert read_status(run_dir)["state"] == "finished"
+    assert_nothing_left(run_dir)
