@@ -14,14 +14,13 @@ __all__ = ["TrainConfig", "TrainResult", "__version__", "train"]
 
 if TYPE_CHECKING:
     from spreeze_like.config import TrainConfig
-    from spreeze_like.serial import TrainResult
-    from spreeze_like.train import train
+    from spreeze_like.training import TrainResult, train
 
 
 def __getattr__(name: str) -> Any:
     """Lazy exports: ``import spreeze_like`` stays light (no torch, no gymnasium) until ``train`` is used."""
     if name == "train":
-        from spreeze_like.train import train
+        from spreeze_like.training import train
 
         return train
     if name == "TrainConfig":
@@ -29,7 +28,7 @@ def __getattr__(name: str) -> Any:
 
         return TrainConfig
     if name == "TrainResult":
-        from spreeze_like.serial import TrainResult
+        from spreeze_like.training import TrainResult
 
         return TrainResult
     raise AttributeError(f"module 'spreeze_like' has no attribute {name!r}")

@@ -46,7 +46,9 @@ class TrainConfig:
     """Everything a run needs. Defaults train SAC on Pendulum-v1 in a few minutes on 2 CPU cores."""
 
     # --- what to train -------------------------------------------------------------------------
-    env: str = _f("Pendulum-v1", "gymnasium env id, or module:EnvId to import your own registered env first")
+    env: str = _f(
+        "Pendulum-v1", "gymnasium env id, or module:EnvId to import your own registered env first", metavar="ID"
+    )
     algo: str = _f("sac", "algorithm", choices=ALGOS)
     total_steps: int = _f(20_000, "env steps to train for (summed over all envs)")
     seed: int = _f(1, "run seed; every env, network and sampler seed is derived from it")
@@ -76,18 +78,23 @@ class TrainConfig:
     hidden_sizes: tuple[int, ...] = _f((256, 256), "hidden layer widths of actor and critic MLPs")
     weight_sync_period: int = _f(1, "learner updates between publishing a network and refreshing the other's copy")
     # --- devices and threads ----------------------------------------------------------------------
-    actor_device: str = _f("auto", "actor learner device: auto (2 GPUs: cuda:0, 1: cuda:0, none: cpu), cpu, cuda:N")
-    critic_device: str = _f("auto", "critic learner device: auto (2 GPUs: cuda:1, 1: cuda:0, none: cpu), cpu, cuda:N")
+    actor_device: str = _f(
+        "auto", "actor learner device: auto (2 GPUs: cuda:0, 1: cuda:0, none: cpu), cpu, cuda:N", metavar="DEVICE"
+    )
+    critic_device: str = _f(
+        "auto", "critic learner device: auto (2 GPUs: cuda:1, 1: cuda:0, none: cpu), cpu, cuda:N", metavar="DEVICE"
+    )
     torch_threads: int = _f(1, "torch CPU threads per process (learners; samplers always use 1)")
     # --- evaluation, logging, checkpoints ---------------------------------------------------------
     eval_every: int = _f(5_000, "env steps between evaluations (0: only the final one)")
     eval_episodes: int = _f(10, "deterministic episodes per evaluation")
-    logdir: str = _f("runs", "folder that receives runs/<env>__<algo>__<seed>__<unixtime>/")
+    stop_at_return: float | None = _f(None, "stop once an evaluation's mean return reaches this (auto: never)")
+    logdir: str = _f("runs", "folder that receives the run folders <env>__<algo>__<seed>__<unixtime>/", metavar="DIR")
     log_interval: float = _f(10.0, "seconds between console progress lines (0: quiet)")
     tb_interval: float = _f(2.0, "seconds between TensorBoard writes of the aggregated scalars")
     checkpoint_every: int = _f(10_000, "env steps between checkpoints (0: only the final one)")
     keep_checkpoints: int = _f(2, "how many recent checkpoints to keep")
-    resume: str = _f("", "continue the run in this run folder from its newest checkpoint")
+    resume: str = _f("", "continue the run in this run folder from its newest checkpoint", metavar="RUN_DIR")
     # --- process layout ----------------------------------------------------------------------------
     serial: bool = _f(False, "run every role in this one process (debugging, determinism, baseline)")
     autotune: bool = _f(False, "measure this machine (cached) and plan samplers, batch, devices, threads, buffers; "
@@ -99,6 +106,7 @@ class TrainConfig:
     # ------------------------------------------------------------------------------------------------
     def validate(self) -> TrainConfig:
         """Check every field; raise ConfigError with one line naming the flag. Returns self."""
+
         def bad(name: str, what: str) -> ConfigError:
             value = getattr(self, name)
             return ConfigError(f"--{name.replace('_', '-')} {value!r} is invalid: {what}")
@@ -107,8 +115,17 @@ class TrainConfig:
             raise bad("env", "give a gymnasium env id such as Pendulum-v1")
         if self.algo not in ALGOS:
             raise bad("algo", f"choose one of {', '.join(ALGOS)}")
-        positive_ints = ("total_steps", "samplers", "envs_per_sampler", "buffer_size", "batch_size",
-                         "weight_sync_period", "torch_threads", "eval_episodes", "keep_checkpoints")
+        positive_ints = (
+            "total_steps",
+            "samplers",
+            "envs_per_sampler",
+            "buffer_size",
+            "batch_size",
+            "weight_sync_period",
+            "torch_threads",
+            "eval_episodes",
+            "keep_checkpoints",
+        )
         for name in positive_ints:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise bad(name, "must be a whole number >= 1")
@@ -122,8 +139,14 @@ class TrainConfig:
         for name in ("utd", "actor_lr", "critic_lr", "alpha_lr", "alpha_init"):
             if not getattr(self, name) > 0:
                 raise bad(name, "must be > 0")
-        for name in ("exploration_noise", "policy_noise", "noise_clip", "log_interval", "tb_interval",
-                     "priority_alpha"):
+        for name in (
+            "exploration_noise",
+            "policy_noise",
+            "noise_clip",
+            "log_interval",
+            "tb_interval",
+            "priority_alpha",
+        ):
             if not getattr(self, name) >= 0:
                 raise bad(name, "must be >= 0")
         if not 0.0 <= self.gamma < 1.0:
@@ -205,7 +228,9 @@ def _coerce(name: str, tp: Any, value: Any, source: str) -> Any:
         ok = isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
         value = tuple(value) if ok else value
     if not ok:
-        raise ConfigError(f"{source}: {name} = {value!r} has the wrong type; expected {getattr(base, '__name__', base)}")
+        raise ConfigError(
+            f"{source}: {name} = {value!r} has the wrong type; expected {getattr(base, '__name__', base)}"
+        )
     return value
 
 
@@ -259,16 +284,21 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
         base, optional = _unwrap_optional(hints[f.name])
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         shown = "auto" if default is None else (" ".join(map(str, default)) if isinstance(default, tuple) else default)
-        kwargs: dict[str, Any] = {"help": f"{f.metadata.get('help', '')} (default: {shown})",
-                                  "default": argparse.SUPPRESS, "dest": f.name}
+        kwargs: dict[str, Any] = {
+            "help": f"{f.metadata.get('help', '')} (default: {shown})",
+            "default": argparse.SUPPRESS,
+            "dest": f.name,
+        }
         if base is bool:
             kwargs["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(base) is tuple:
             kwargs.update(nargs="+", type=int, metavar="N")
         else:
             kwargs["type"] = _auto_or(base) if optional else base
+            kwargs["metavar"] = f.metadata.get("metavar", {int: "N", float: "X", str: "S"}.get(base, "V"))
             if "choices" in f.metadata:
                 kwargs["choices"] = f.metadata["choices"]
+                kwargs.pop("metavar")
         parser.add_argument(flag, **kwargs)
 
 
@@ -277,8 +307,12 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m spreeze_like.run",
         description="Train an off-policy actor-critic agent (SAC, TD3, DDPG) on a gymnasium env.",
     )
-    parser.add_argument("--config", metavar="FILE", default=None,
-                        help="JSON file of settings (keys are the field names below, e.g. total_steps)")
+    parser.add_argument(
+        "--config",
+        metavar="FILE",
+        default=None,
+        help="JSON file of settings (keys are the field names below, e.g. total_steps)",
+    )
     add_dataclass_arguments(parser, TrainConfig)
     return parser
 

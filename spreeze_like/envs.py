@@ -125,7 +125,9 @@ def reset_env(env: gym.Env, name: str, seed: int | None = None) -> np.ndarray:
     try:
         obs, _ = env.reset(seed=seed)
     except Exception as exc:  # noqa: BLE001 - any failure of user env code is reported the same way
-        raise EnvError(f"env {name!r} raised {type(exc).__name__} on reset: {exc}; fix the env or pick another") from None
+        raise EnvError(
+            f"env {name!r} raised {type(exc).__name__} on reset: {exc}; fix the env or pick another"
+        ) from None
     return flat_obs(obs)
 
 

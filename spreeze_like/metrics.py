@@ -36,8 +36,17 @@ SAMPLER = StatsSchema(
 CRITIC_LEARNER = StatsSchema(
     "critic-learner",
     counters=("updates", "update_frames"),
-    means=("qf1_loss", "qf2_loss", "qf1_values", "qf2_values", "alpha", "alpha_loss", "td_error",
-           "is_weight", "copy_staleness"),
+    means=(
+        "qf1_loss",
+        "qf2_loss",
+        "qf1_values",
+        "qf2_values",
+        "alpha",
+        "alpha_loss",
+        "td_error",
+        "is_weight",
+        "copy_staleness",
+    ),
     gauges=("version",),
 )
 ACTOR_LEARNER = StatsSchema(
@@ -61,8 +70,7 @@ def role_names(samplers: int) -> list[str]:
 
 def schema_for(role: str) -> StatsSchema:
     """Schema of a role name such as ``sampler-3`` or ``critic-learner``."""
-    kinds = {"critic-learner": CRITIC_LEARNER, "actor-learner": ACTOR_LEARNER, "evaluator": EVALUATOR,
-             "replay": REPLAY}
+    kinds = {"critic-learner": CRITIC_LEARNER, "actor-learner": ACTOR_LEARNER, "evaluator": EVALUATOR, "replay": REPLAY}
     return SAMPLER if role.startswith("sampler") else kinds[role]
 
 

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
 
             autotune(config, explicit)
             return 0
-        from spreeze_like.train import train
+        from spreeze_like.training import train
 
         result = train(config, explicit=explicit)
     except SpreezeError as exc:
@@ -34,8 +34,10 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted; resume with --resume <run folder>", file=sys.stderr)
         return 130
     returns = ", ".join(f"{r:.1f}" for r in result.final_eval_returns)
-    print(f"final evaluation: mean return {result.final_eval_return:.1f} over {len(result.final_eval_returns)} "
-          f"episodes ({returns}) after {result.env_steps:,} env steps, {result.wall_s:.0f} s")
+    print(
+        f"final evaluation: mean return {result.final_eval_return:.1f} over {len(result.final_eval_returns)} "
+        f"episodes ({returns}) after {result.env_steps:,} env steps, {result.wall_s:.0f} s"
+    )
     print(f"run folder: {result.run_dir}   (tensorboard --logdir {result.run_dir.parent})")
     return 0
 

@@ -20,72 +20,23 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from spreeze_like.algos.base import AlgoSpec
 from spreeze_like.checkpoint import capture_process_rng, restore_process_rng, save_checkpoint
 from spreeze_like.config import TrainConfig
-from spreeze_like.envs import env_info
 from spreeze_like.errors import CheckpointError
 from spreeze_like.metrics import stats_schema
-from spreeze_like.roles.actor_learner import ActorLearner
-from spreeze_like.roles.critic_learner import CriticLearner
-from spreeze_like.roles.evaluator import Evaluator
+from spreeze_like.roles import build
 from spreeze_like.roles.monitor import Monitor
 from spreeze_like.roles.ports import LocalBoard, LocalStatsBlock
 from spreeze_like.roles.replay_writer import ReplayWriter
-from spreeze_like.roles.sampler import SamplerWorker, random_steps_per_sampler
 from spreeze_like.rundir import RunContext
-from spreeze_like.seeding import derive_seed, seed_process
+from spreeze_like.seeding import seed_process
+from spreeze_like.training import TrainResult
 from spreeze_like.transition import TransitionLayout
-
-
-@dataclass
-class TrainResult:
-    """What a finished run reports (``spreeze_like.train`` returns it; the CLI prints it)."""
-
-    run_dir: Path
-    env_steps: int
-    critic_updates: int
-    actor_updates: int
-    episodes: int
-    final_eval_return: float
-    final_eval_returns: tuple[float, ...]
-    evals: list[tuple[int, float]] = field(default_factory=list)  # (env step, mean eval return)
-    wall_s: float = 0.0
-    mode: str = "serial"
-
-
-@dataclass
-class Replay:
-    """Replay storage and the two samplers drawing from it (critic: maybe prioritized; actor: uniform).
-
-    The critic's sampler also inserts (``add``): a prioritized one gives new slots the max priority.
-    """
-
-    storage: Any
-    critic_sampler: Any
-    actor_sampler: Any
-
-
-def build_replay(config: TrainConfig, layout: TransitionLayout) -> Replay:
-    """Local-memory replay storage with its samplers (``spreeze_like.replay``)."""
-    from spreeze_like.replay import PrioritizedConfig, PrioritizedSampler, ReplayStorage, SumTree, UniformSampler
-
-    storage = ReplayStorage.local(config.buffer_size, layout.obs_dim, layout.act_dim)
-    actor_sampler = UniformSampler(storage, seed=derive_seed(config.seed, "replay/actor"))
-    critic_seed = derive_seed(config.seed, "replay/critic")
-    if not config.prioritized:
-        return Replay(storage, UniformSampler(storage, seed=critic_seed), actor_sampler)
-    # beta goes from priority_beta to 1 over the critic updates the run will make
-    expected_updates = max(1, int((config.total_steps - config.learning_starts) * config.utd))
-    per_config = PrioritizedConfig(alpha=config.priority_alpha, beta0=config.priority_beta, beta_steps=expected_updates)
-    tree = SumTree.local(config.buffer_size, seed=critic_seed)
-    return Replay(storage, PrioritizedSampler(storage, tree, per_config, seed=critic_seed), actor_sampler)
 
 
 class SerialTrainer:
@@ -95,45 +46,57 @@ class SerialTrainer:
         self.config, self.context, self.print_fn = config, context, print_fn
         torch.set_num_threads(config.torch_threads)
         seed_process(config.seed, "serial")
-        info = env_info(config.env)
-        self.spec = spec = AlgoSpec.from_config(config, info.obs_dim, info.act_dim)
-        self.layout = TransitionLayout(info.obs_dim, info.act_dim)
+        self.spec = spec = build.algo_spec(config)
+        self.layout = TransitionLayout(spec.obs_dim, spec.act_dim)
         self.stats = LocalStatsBlock(stats_schema(config.samplers))
-        self.replay = build_replay(config, self.layout)
-        self.writer = ReplayWriter(self.replay.critic_sampler, self.layout, self.stats.role("replay"))
+        self.storage, critic_replay, actor_replay = build.local_replay(config, spec.obs_dim, spec.act_dim)
+        self.writer = ReplayWriter(critic_replay, self.layout, self.stats.role("replay"))
         self.actor_board, self.critic_board = LocalBoard(), LocalBoard()
-        gen = context.generation
-        random_steps = random_steps_per_sampler(config.learning_starts, config.samplers)
         self.samplers = [
-            SamplerWorker(config.env, spec, i, config.envs_per_sampler, random_steps, self.writer, self.actor_board,
-                          self.stats.role(f"sampler-{i}"), generation=gen)
+            build.sampler(
+                config,
+                spec,
+                i,
+                self.writer,
+                self.actor_board,
+                self.stats.role(f"sampler-{i}"),
+                generation=context.generation,
+            )
             for i in range(config.samplers)
         ]
-        self.critic = CriticLearner(spec, config.critic_device, self.replay.critic_sampler, self.actor_board,
-                                    self.critic_board, self.stats.role("critic-learner"), config.batch_size,
-                                    config.weight_sync_period, config.prioritized)
-        self.actor = ActorLearner(spec, config.actor_device, self.replay.actor_sampler, self.critic_board,
-                                  self.actor_board, self.stats.role("actor-learner"), config.batch_size,
-                                  config.weight_sync_period)
-        self.evaluator = Evaluator(config.env, spec, self.actor_board, self.stats.role("evaluator"),
-                                   config.eval_episodes)
+        self.critic = build.critic_learner(
+            config, spec, critic_replay, self.actor_board, self.critic_board, self.stats.role("critic-learner")
+        )
+        self.actor = build.actor_learner(
+            config, spec, actor_replay, self.critic_board, self.actor_board, self.stats.role("actor-learner")
+        )
+        self.evaluator = build.evaluator(config, spec, self.actor_board, self.stats.role("evaluator"))
         self.update_credit = 0.0
-        self.evals: list[tuple[int, float]] = []
+        self.evals: list[tuple[int, float, float]] = []
+        self.t0 = time.monotonic()
         if context.payload is not None:
             self._restore(context.payload)
         self.start_step = context.start_step
-        self.monitor = Monitor(context.run_dir, self.stats.snapshot, config.to_dict(), config.total_steps,
-                               start_step=self.start_step, tb_interval=config.tb_interval,
-                               log_interval=config.log_interval,
-                               purge_step=self.start_step + 1 if context.payload is not None else None,
-                               print_fn=print_fn)
+        self.monitor = Monitor(
+            context.run_dir,
+            self.stats.snapshot,
+            config.to_dict(),
+            config.total_steps,
+            start_step=self.start_step,
+            tb_interval=config.tb_interval,
+            log_interval=config.log_interval,
+            purge_step=self.start_step + 1 if context.payload is not None else None,
+            print_fn=print_fn,
+        )
 
     # --- the loop -------------------------------------------------------------------------------------------
     def env_steps(self) -> int:
         return sum(s.env_steps for s in self.samplers)
 
     def run(self) -> TrainResult:
-        cfg, t0 = self.config, time.monotonic()
+        cfg = self.config
+        self.t0 = t0 = time.monotonic()
+        stopped_early = False
         learn_after = max(cfg.batch_size, cfg.learning_starts)
         steps = self.env_steps()
         next_eval = _next_multiple(steps, cfg.eval_every)
@@ -148,7 +111,14 @@ class SerialTrainer:
                 steps = self.env_steps()
                 if steps >= next_eval:
                     next_eval = _next_multiple(steps, cfg.eval_every)
-                    self._evaluate(steps)
+                    reached = self._evaluate(steps).mean_return
+                    if cfg.stop_at_return is not None and reached >= cfg.stop_at_return:
+                        self.print_fn(
+                            f"[spreeze] evaluation return {reached:.1f} >= --stop-at-return "
+                            f"{cfg.stop_at_return} at {steps:,} env steps; stopping"
+                        )
+                        stopped_early = True
+                        break
                 if steps >= next_ckpt:
                     next_ckpt = _next_multiple(steps, cfg.checkpoint_every)
                     self.save_checkpoint()
@@ -163,10 +133,17 @@ class SerialTrainer:
         self.save_checkpoint()
         self.close()
         return TrainResult(
-            run_dir=self.context.run_dir, env_steps=steps, critic_updates=self.critic.updates,
-            actor_updates=self.actor.updates, episodes=sum(s.episodes for s in self.samplers),
-            final_eval_return=final.mean_return, final_eval_returns=final.returns, evals=list(self.evals),
-            wall_s=time.monotonic() - t0, mode="serial",
+            run_dir=self.context.run_dir,
+            env_steps=steps,
+            critic_updates=self.critic.updates,
+            actor_updates=self.actor.updates,
+            episodes=sum(s.episodes for s in self.samplers),
+            final_eval_return=final.mean_return,
+            final_eval_returns=final.returns,
+            evals=list(self.evals),
+            wall_s=time.monotonic() - t0,
+            mode="serial",
+            stopped_early=stopped_early,
         )
 
     def _learn(self) -> None:
@@ -178,7 +155,7 @@ class SerialTrainer:
 
     def _evaluate(self, steps: int) -> Any:
         result = self.evaluator.evaluate(steps)
-        self.evals.append((steps, result.mean_return))
+        self.evals.append((steps, result.mean_return, time.monotonic() - self.t0))
         self.critic.flush()
         self.actor.flush()
         self.monitor.poll(force=True)
@@ -191,10 +168,16 @@ class SerialTrainer:
         roles["critic-learner"] = self.critic.state_dict()
         roles["actor-learner"] = self.actor.state_dict()
         payload = {
-            "config": self.config.to_dict(), "env_steps": steps, "generation": self.context.generation,
-            "critic_updates": self.critic.updates, "actor_updates": self.actor.updates,
-            "episodes": sum(s.episodes for s in self.samplers), "update_credit": self.update_credit,
-            "evals": [list(e) for e in self.evals], "roles": roles, "process_rng": capture_process_rng(),
+            "config": self.config.to_dict(),
+            "env_steps": steps,
+            "generation": self.context.generation,
+            "critic_updates": self.critic.updates,
+            "actor_updates": self.actor.updates,
+            "episodes": sum(s.episodes for s in self.samplers),
+            "update_credit": self.update_credit,
+            "evals": [list(e) for e in self.evals],
+            "roles": roles,
+            "process_rng": capture_process_rng(),
             "saved_at": time.time(),
         }
         return save_checkpoint(self.context.run_dir, payload, steps, keep=self.config.keep_checkpoints)
@@ -219,7 +202,7 @@ class SerialTrainer:
                 "of the run that wrote it"
             ) from None
         self.update_credit = float(payload.get("update_credit", 0.0))
-        self.evals = [(int(s), float(r)) for s, r in payload.get("evals", [])]
+        self.evals = [(int(e[0]), float(e[1]), float(e[2])) for e in payload.get("evals", [])]
         restore_process_rng(payload["process_rng"])
 
     def close(self) -> None:

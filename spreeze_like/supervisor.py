@@ -26,7 +26,6 @@ segments unlinked. A second Ctrl-C skips to the joins (children killed), still u
 from __future__ import annotations
 
 import contextlib
-import json
 import math
 import multiprocessing
 import os
@@ -52,26 +51,26 @@ from spreeze_like.procs.control import (
     EXIT_USER_ERROR,
     FINISH,
     HALT,
-    STATE_NAMES,
     SUPERVISOR,
     ChildArgs,
     error_file,
     parallel_schema,
 )
-from spreeze_like.procs.evaluator_proc import EVALS_FILE, read_results
-from spreeze_like.procs.parts import assemble_payload, read_part, remove_parts
+from spreeze_like.procs.evaluator_proc import read_results
+from spreeze_like.procs.parts import LEARNERS, CheckpointCoordinator, remove_parts
 from spreeze_like.procs.segments import OwnedSegments, RunSegments, vector_sizes
-from spreeze_like.rundir import RunContext, write_json_atomic
+from spreeze_like.procs.status import eval_history, trim_eval_history, write_status
+from spreeze_like.rundir import RunContext
 from spreeze_like.seeding import derive_seed
-from spreeze_like.serial import TrainResult
+from spreeze_like.training import TrainResult
 
-LEARNERS = ("critic-learner", "actor-learner")
 # Seconds without a heartbeat after which a role counts as hung. Learners beat between updates and
 # evaluators between evaluations, so theirs are generous; a sampler beats every env step.
 HANG_S = {"sampler": 60.0, "critic-learner": 180.0, "actor-learner": 180.0, "evaluator": 600.0, "monitor": 120.0}
 STARTUP_GRACE_S = 120.0  # importing torch on a loaded machine can take this long before the first beat
 HALT_WAIT_S = 5.0  # Ctrl-C: learners finish the update in hand within this, or the checkpoint is skipped
 JOIN_S = 10.0
+DEFER_MAX_S = 60.0  # the evaluator and monitor start when the learners are up, or after this at the latest
 
 
 class RoleFailedError(SpreezeError):
@@ -97,12 +96,11 @@ class Supervisor:
         self.children: dict[str, RoleProcess] = {}
         self.owned: OwnedSegments | None = None
         self.state = "starting"
-        self.ckpt_request = 0
-        self.ckpt_pending_since: float | None = None
-        self.last_checkpoint: Path | None = context.checkpoint_path
         self.failure: str | None = None
         self.user_error: str | None = None
         self._status_t = 0.0
+        self.stopped_early = False
+        self.evaluations_seen = 0
         payload = context.payload or {}
         self.restored = [(int(s.get("env_steps", 0)), int(s.get("episodes", 0)))
                          for s in (payload.get("roles", {}).get(f"sampler-{i}", {}) for i in range(config.samplers))]
@@ -113,7 +111,7 @@ class Supervisor:
 
     # --- the run -----------------------------------------------------------------------------------------
     def run(self) -> TrainResult:
-        t0 = time.monotonic()
+        self.t0 = t0 = time.monotonic()
         removed = sweep_dead_segments()
         if removed:
             self.say(f"[spreeze] removed {len(removed)} shared-memory segment(s) left by dead runs: {', '.join(removed)}")
@@ -147,13 +145,14 @@ class Supervisor:
         self.control = self.block.role(CONTROL)
         self.me = self.block.role(SUPERVISOR)
         self.me.claim()
+        self.ckpt = CheckpointCoordinator(self.run_dir, self.control, cfg, self.context.generation, self.restored,
+                                          self.context.checkpoint_path)
         # Samplers may collect the warm-up while the learners are still importing torch: the critic
         # learner's first allowance is set here, before the critic (its row's only other writer) exists.
         start = pacing.learn_after(cfg.batch_size, cfg.learning_starts)
         self.block.role("critic-learner").set("allowance", float(pacing.data_allowance(0, start, cfg.utd, self.lead)))
         if self.context.payload is not None:  # the evaluation history continues from the checkpoint
-            kept = [r for r in read_results(self.run_dir) if r["env_step"] <= self.context.start_step]
-            (self.run_dir / EVALS_FILE).write_text("".join(_json_line(r) for r in kept))
+            trim_eval_history(self.run_dir, self.context.start_step)
 
     def _spawn_all(self) -> None:
         cfg = self.config
@@ -164,12 +163,25 @@ class Supervisor:
         ]
         roles += [(f"sampler-{i}", "sampler_proc", True, {"quota": quotas[i], "restored": self.restored[i]})
                   for i in range(cfg.samplers)]
-        roles += [("evaluator", "evaluator_proc", True, {}), ("monitor", "monitor_proc", True, {})]
+        roles += [("evaluator", "evaluator_proc", True, {"t0": self.t0}), ("monitor", "monitor_proc", True, {})]
         for role, module, restartable, extra in roles:
             index = int(role.split("-")[1]) if role.startswith("sampler-") else 0
             self.children[role] = RoleProcess(self.ctx, role, module, self._args_maker(role, index, extra), restartable)
+        # The evaluator and the monitor start once the learners are up: on a small machine five torch
+        # imports at once would delay the first update by the two that are not needed yet.
+        self.deferred = [self.children["evaluator"], self.children["monitor"]]
+        self.spawned_at = time.monotonic()
         for child in self.children.values():
-            child.start()
+            if child not in self.deferred:
+                child.start()
+
+    def _start_deferred(self, now: float) -> None:
+        learners_up = all(self.block.pid(r) for r in LEARNERS)
+        due = learners_up or now - self.spawned_at > DEFER_MAX_S or self.state == "finishing"
+        if self.deferred and due and self.state in ("running", "finishing"):
+            for child in self.deferred:
+                child.start()
+            self.deferred = []
 
     def _args_maker(self, role: str, index: int, extra: dict[str, Any]) -> Callable[[int], ChildArgs]:
         ckpt = str(self.context.checkpoint_path) if self.context.payload is not None else None
@@ -191,12 +203,14 @@ class Supervisor:
                 return
             snap = self.block.snapshot()
             steps = self._global_step(snap)
-            if self.ckpt_pending_since is not None:
-                self._try_assemble(timeout_s=120.0)
+            if self.ckpt.pending:
+                self._finish_checkpoint(snap, timeout_s=120.0)
             elif steps >= next_ckpt:
                 next_ckpt = (steps // every + 1) * every
-                self._request_checkpoint()
+                self.ckpt.ask()
             if all(snap[f"sampler-{i}"]["done"] for i in range(self.config.samplers)):
+                return
+            if self._reached_return(snap["evaluator"]):
                 return
 
     def _tick(self, timeout: float = 0.05) -> None:
@@ -207,6 +221,7 @@ class Supervisor:
         else:
             time.sleep(timeout)
         now = time.monotonic()
+        self._start_deferred(now)
         for child in self.children.values():
             if child.new_death():
                 self._on_death(child, now)
@@ -228,7 +243,7 @@ class Supervisor:
             return  # told to exit
         elif not child.restartable or child.restarts >= child.max_restarts:
             self.failure = (f"{child.role} (pid {child.pid}) died ({how}); the run stopped. The last good checkpoint "
-                            f"is {self.last_checkpoint or 'none'}; resume with --resume {self.run_dir}")
+                            f"is {self._last_checkpoint() or 'none'}; resume with --resume {self.run_dir}")
         elif self.state in ("running", "finishing"):
             delay = child.schedule_restart(now)
             self.say(f"[spreeze] {child.role} (pid {child.pid}) died ({how}); restarting it in {delay:.0f} s")
@@ -245,41 +260,34 @@ class Supervisor:
                 if not child.restartable:
                     child.new_death()
                     self.failure = (f"{role} (pid {child.pid}) hung for {age:.0f} s and was killed; the last good "
-                                    f"checkpoint is {self.last_checkpoint or 'none'}; resume with --resume {self.run_dir}")
+                                    f"checkpoint is {self._last_checkpoint() or 'none'}; resume with --resume {self.run_dir}")
 
     def _global_step(self, snap: dict[str, dict[str, float]]) -> int:
         steps = self.context.start_step + int(sum(snap[f"sampler-{i}"]["env_steps"] for i in range(self.config.samplers)))
         self.me.set("env_steps", float(steps))
         return steps
 
-    # --- checkpoints ----------------------------------------------------------------------------------------
-    def _request_checkpoint(self) -> None:
-        self.ckpt_request += 1
-        self.control.set("ckpt_request", float(self.ckpt_request))
-        self.ckpt_pending_since = time.monotonic()
-
-    def _try_assemble(self, timeout_s: float) -> bool:
-        """Write the checkpoint once every learner acknowledged the pending request; False while waiting."""
-        k = self.ckpt_request
-        snap = self.block.snapshot()
-        if any(snap[r]["ckpt_ack"] < k for r in LEARNERS):
-            if time.monotonic() - self.ckpt_pending_since > timeout_s:
-                self.say(f"[spreeze] checkpoint {k} not acknowledged by the learners in {timeout_s:.0f} s; skipped")
-                self.ckpt_pending_since = None
+    def _reached_return(self, evaluator: dict[str, float]) -> bool:
+        """True once a new evaluation reached ``stop_at_return`` (the run then ends like at its last step)."""
+        target, count = self.config.stop_at_return, int(evaluator["evaluations"])
+        if target is None or count <= self.evaluations_seen:
             return False
-        from spreeze_like.checkpoint import save_checkpoint
-
-        cfg = self.config
-        samplers = [(self.restored[i][0] + int(snap[f"sampler-{i}"]["env_steps"]),
-                     self.restored[i][1] + int(snap[f"sampler-{i}"]["episodes"])) for i in range(cfg.samplers)]
-        evals = [(int(r["env_step"]), float(r["mean_return"])) for r in read_results(self.run_dir)]
-        payload = assemble_payload(cfg.to_dict(), read_part(self.run_dir, k, LEARNERS[0]),
-                                   read_part(self.run_dir, k, LEARNERS[1]), samplers, self._global_step(snap),
-                                   self.context.generation, evals, cfg.seed)
-        self.last_checkpoint = save_checkpoint(self.run_dir, payload, payload["env_steps"], keep=cfg.keep_checkpoints)
-        remove_parts(self.run_dir, up_to=k)
-        self.ckpt_pending_since = None
+        self.evaluations_seen = count
+        reached, at = evaluator["eval_return"], int(evaluator["eval_env_step"])
+        if reached < target:
+            return False
+        self.say(f"[spreeze] evaluation return {reached:.1f} >= --stop-at-return {target} at {at:,} env steps; stopping")
+        self.stopped_early = True
         return True
+
+    # --- checkpoints ----------------------------------------------------------------------------------------
+    def _finish_checkpoint(self, snap: dict[str, dict[str, float]], timeout_s: float) -> bool:
+        """Assemble the pending checkpoint if the learners wrote their parts; True once settled."""
+        outcome = self.ckpt.try_finish(snap, self._global_step(snap), eval_history(self.run_dir), timeout_s)
+        if outcome == "skipped":
+            self.say(f"[spreeze] checkpoint {self.ckpt.request} not acknowledged by the learners in "
+                     f"{timeout_s:.0f} s; skipped")
+        return outcome != "waiting"
 
     # --- stopping --------------------------------------------------------------------------------------------
     def _wait_for(self, done: Callable[[], bool], timeout_s: float, stop_on_signal: bool = True) -> bool:
@@ -315,13 +323,19 @@ class Supervisor:
             settled = self._wait_for(self._learners_done, HALT_WAIT_S, stop_on_signal=False)
         if settled and self.failure is None:
             timeout = 60.0 if finished else HALT_WAIT_S
-            self._request_checkpoint()
-            self._wait_for(lambda: self._try_assemble(timeout) or self.ckpt_pending_since is None, timeout + 5.0,
+            self.ckpt.ask()
+            self._wait_for(lambda: self._finish_checkpoint(self.block.snapshot(), timeout), timeout + 5.0,
                            stop_on_signal=False)
         final = self._final_evaluation() if finished and self.failure is None else None
+        if finished:  # a short run on a loaded machine can end before the (deferred) monitor is up
+            monitor = self.children["monitor"]
+            self._wait_for(lambda: not monitor.alive or self.block.pid("monitor") == monitor.pid, 120.0)
         self.control.set("phase", float(EXIT))
         self.state = "exiting"
         deadline = time.monotonic() + JOIN_S
+        for child in self.children.values():
+            if child.alive and self.block.pid(child.role) != child.pid:
+                child.kill_now()  # still starting up: it holds nothing to save, and imports can take long
         for child in self.children.values():
             child.stop(deadline)
         snap = self.block.snapshot()
@@ -333,13 +347,13 @@ class Supervisor:
             raise RoleFailedError(self.failure)
         if not finished:
             self.state = "interrupted"
-            self.say(f"[spreeze] interrupted at {steps:,} env steps; checkpoint {self.last_checkpoint}; "
+            self.say(f"[spreeze] interrupted at {steps:,} env steps; checkpoint {self._last_checkpoint()}; "
                      f"resume with: python -m spreeze_like.run --resume {self.run_dir}")
             if self.signal == signal.SIGTERM:
                 raise SystemExit(128 + signal.SIGTERM)
             raise KeyboardInterrupt
         self.state = "finished"
-        evals = [(int(r["env_step"]), float(r["mean_return"])) for r in read_results(self.run_dir)]
+        evals = eval_history(self.run_dir)
         return TrainResult(
             run_dir=self.run_dir, env_steps=steps, critic_updates=int(snap["critic-learner"]["total_updates"]),
             actor_updates=int(snap["actor-learner"]["total_updates"]),
@@ -347,7 +361,7 @@ class Supervisor:
                                                                 for i in range(self.config.samplers))),
             final_eval_return=float(final["mean_return"]) if final else float("nan"),
             final_eval_returns=tuple(final["returns"]) if final else (), evals=evals,
-            wall_s=time.monotonic() - t0, mode="parallel")
+            wall_s=time.monotonic() - t0, mode="parallel", stopped_early=self.stopped_early)
 
     def _final_evaluation(self) -> dict[str, Any] | None:
         steps = self._global_step(self.block.snapshot())
@@ -390,23 +404,10 @@ class Supervisor:
         if not force and now - self._status_t < 1.0:
             return
         self._status_t = now
-        roles = {}
         snap = self.block.snapshot() if self.owned is not None and self.owned.stats is not None else {}
-        for role, child in self.children.items():
-            row = snap.get(role, {})
-            roles[role] = {"pid": child.pid, "process": child.state(), "restarts": child.restarts,
-                           "exit": describe_exit(child.last_exit) if child.last_exit is not None else None,
-                           "state": STATE_NAMES.get(int(row.get("state", 0)), "?") if row else None,
-                           "heartbeat_age_s": round(row["heartbeat_age_s"], 3) if row else None}
-        status = {"run_id": self.run_id, "supervisor_pid": os.getpid(), "state": self.state,
-                  "env_steps": int(snap.get(SUPERVISOR, {}).get("env_steps", 0)), "total_steps": self.config.total_steps,
-                  "last_checkpoint": str(self.last_checkpoint) if self.last_checkpoint else None,
-                  "failure": self.failure, "roles": roles, "updated_at": time.time()}
-        try:
-            write_json_atomic(self.run_dir / "status.json", status)
-        except OSError:
-            pass  # a status file is for humans and tools; a full disk must not stop training
+        steps = int(snap.get(SUPERVISOR, {}).get("env_steps", 0))
+        write_status(self.run_dir, self.run_id, self.state, steps, self.config.total_steps, self._last_checkpoint(),
+                     self.failure, self.children, snap, final=force)
 
-
-def _json_line(record: dict[str, Any]) -> str:
-    return json.dumps(record) + "\n"
+    def _last_checkpoint(self) -> Path | None:
+        return self.ckpt.last if hasattr(self, "ckpt") else self.context.checkpoint_path

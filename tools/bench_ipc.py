@@ -24,6 +24,7 @@ import json
 import multiprocessing as mp
 import os
 import statistics
+import sys
 import time
 from typing import Any
 
@@ -146,6 +147,8 @@ def _run_pair(kind: str, per_write: int, n: int) -> tuple[float, float]:
         return got / seconds, consumer_cpu + reports["producer"][0]
     finally:
         for p in procs:
+            if p.pid is None:  # never started
+                continue
             if p.is_alive():
                 p.kill()
             p.join(10)
@@ -168,20 +171,23 @@ def memcpy_floor(nbytes: int = 256 << 20, reps: int = 5) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="10x smaller counts (smoke test)")
+    parser.add_argument("--quick", action="store_true", help="10x smaller counts (same as --scale 0.1)")
+    parser.add_argument("--scale", type=float, default=1.0, help="multiply every transition count by this")
     parser.add_argument("--repeats", type=int, default=3, help="runs per configuration; the median is reported")
     parser.add_argument("--json", default="", help="also write the results to this file")
     args = parser.parse_args()
-    scale = 0.1 if args.quick else 1.0
+    scale = 0.1 if args.quick else args.scale
     counts = {  # transitions per run: each run takes ~1-3 s on a 2-core desktop
         ("queue", 1): 200_000,
         ("ring", 1): 5_000_000,
         ("queue", 256): 2_048_000,
         ("ring", 256): 40_960_000,
     }
+    if "torch" in sys.modules:  # the comparison is of IPC alone: no torch threads in these processes
+        raise RuntimeError("bench_ipc must run torch-free")
     sweep_dead_segments()
     load_before = os.getloadavg()
-    floor = statistics.median(memcpy_floor() for _ in range(3))
+    floor = statistics.median(memcpy_floor(max(16 << 20, int((256 << 20) * min(scale, 1.0)))) for _ in range(3))
     rates: dict[tuple[str, int], float] = {}
     per_cpu_s: dict[tuple[str, int], float] = {}  # transitions per CPU-second of producer + consumer
     for per_write in (1, 256):

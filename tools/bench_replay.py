@@ -7,14 +7,17 @@ time an all-in-cache artifact), the learner loop (sample 256 + update 256), and 
 while another process inserts 256-chunks into the same shared storage and tree; plus the sweep of
 the tree's K and the gather floor (a random gather of 256 rows from a 2^20-row array).
 
-Peers run in interleaved blocks (ours, cpprb, TorchRL, ours, ...) so that load from other
-processes falls on all of them alike; figures are medians per call. Ours runs on POSIX shared
+cpprb runs twice: ``cpprb`` with ``check_for_update=True`` (it then ignores updates for slots
+rewritten since the last sample, like ours) and ``cpprb-nochk`` without (its fastest setting); the
+"faster peer" of each row is the fastest of all peer columns. Peers run in interleaved blocks
+(ours, cpprb, ..., TorchRL, ours, ...) so that load from other processes falls on all of them
+alike; figures are medians per call. Ours runs on POSIX shared
 memory, as in training. TorchRL is measured through ``TensorDictPrioritizedReplayBuffer`` with a
 ``LazyTensorStorage``, i.e. its C++ ``SumSegmentTreeFp32``/``MinSegmentTreeFp32``; if that
 extension does not load the benchmark stops with the reason (rebuild it with
 ``tools/build_torchrl_ext.py``) unless ``--without-torchrl`` is given, which is then printed.
 
-    python tools/bench_replay.py            # full run, ~3 minutes on 2 cores
+    python tools/bench_replay.py            # full run, ~5 minutes on 2 cores
     python tools/bench_replay.py --quick    # fewer repeats
 """
 
@@ -35,6 +38,7 @@ from collections.abc import Callable
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from spreeze_like.replay import DEFAULT_K
 from tools.bench_replay_peers import CpprbPeer, OursPeer, TorchRLPeer, inserter_main
 
 OBS, ACT = 17, 6
@@ -92,30 +96,37 @@ def insert_op(peer, n: int, rng: np.random.Generator) -> Callable[[], object]:
 def tree_ops(tree, slots256: list, slots4096: list, td: np.ndarray) -> dict[str, Callable[[], object]]:
     """The tree-only ops of the K sweep; updates cycle through earlier samples' slots."""
     it = iter(range(10**9))
+
+    def loop() -> object:
+        slots, _, _ = tree.sample_weighted(256, 0.4)
+        return tree.update_from_td(slots, td[:256], 0.6, 1e-6)
+
     return {
         "sample 256": lambda: tree.sample_weighted(256, 0.4),
         "sample 4096": lambda: tree.sample_weighted(4096, 0.4),
         "update 256": lambda: tree.update_from_td(slots256[next(it) % 64], td[:256], 0.6, 1e-6),
         "update 4096": lambda: tree.update_from_td(slots4096[next(it) % 16], td, 0.6, 1e-6),
+        "sample+update 256": loop,
     }
 
 
 def k_sweep(capacity: int, rounds: int) -> dict[int, dict[str, float]]:
+    """Tree-only timings for every compiled K, all interleaved in one measurement."""
     from spreeze_like.replay import KS, SumTree
 
     rng = np.random.default_rng(5)
-    out = {}
-    trees = {}
+    ops = {}
+    trees = []
     for k in KS:
         tree = SumTree.local(capacity, k=k, seed=k)
         tree.update(np.arange(capacity), rng.random(capacity) + 0.01)
-        trees[k] = tree
-    for k, tree in trees.items():
+        trees.append(tree)
         slots256 = [tree.sample(256)[0] for _ in range(64)]
         slots4096 = [tree.sample(4096)[0] for _ in range(16)]
-        ops = tree_ops(tree, slots256, slots4096, rng.standard_normal(4096))
-        out[k] = interleaved(ops, rounds, 20)
-    return out
+        for name, fn in tree_ops(tree, slots256, slots4096, rng.standard_normal(4096)).items():
+            ops[(k, name)] = fn
+    res = interleaved(ops, rounds, 10)
+    return {k: {name: res[(kk, name)] for (kk, name) in ops if kk == k} for k in KS}
 
 
 def gather_floor(capacity: int) -> tuple[float, float]:
@@ -160,7 +171,8 @@ def main() -> int:
     ours = OursPeer(args.capacity, OBS, ACT)
     try:
         peers["ours"] = ours
-        peers["cpprb"] = CpprbPeer(args.capacity, OBS, ACT)
+        peers["cpprb"] = CpprbPeer(args.capacity, OBS, ACT, check_for_update=True)
+        peers["cpprb-nochk"] = CpprbPeer(args.capacity, OBS, ACT, check_for_update=False)
         if not args.without_torchrl:
             try:
                 peers["torchrl"] = TorchRLPeer(args.capacity, OBS, ACT)
@@ -193,18 +205,32 @@ def main() -> int:
             table[label] = interleaved(ops, rounds, calls)
             print(f"#   {label}: " + "  ".join(f"{k}={v:.1f}us" for k, v in table[label].items()), flush=True)
 
-        # Ours while another process inserts 256-chunks flat out into the same shared segments.
-        alone = interleaved({"ours": learner_op(ours, rng)}, rounds, 30)["ours"]
+        # Ours while another process inserts 256-chunks flat out into the same shared segments,
+        # alternating with the inserter paused, so that both see the same background load.
         ctx = mp.get_context("spawn")
-        stop, rate = ctx.Event(), ctx.Value("d", 0.0)
-        proc = ctx.Process(target=inserter_main, args=(ours.names, args.capacity, OBS, ACT, stop, rate))
+        stop, go, rate = ctx.Event(), ctx.Event(), ctx.Value("d", 0.0)
+        proc = ctx.Process(target=inserter_main, args=(ours.names, args.capacity, OBS, ACT, stop, go, rate))
         ours.storage.release_writer()
         proc.start()
+        loop = learner_op(ours, rng)
+        go.set()
         time.sleep(3.0)  # let it import and reach full speed
-        contended = interleaved({"ours": learner_op(ours, rng)}, rounds, 30)["ours"]
+        alone_t: list[float] = []
+        contended_t: list[float] = []
+        rates = []
+        for _ in range(3 * rounds):
+            go.clear()
+            time.sleep(0.02)  # the inserter finishes its chunk and waits
+            alone_t += median_us(loop, 100)
+            go.set()
+            time.sleep(0.02)
+            contended_t += median_us(loop, 100)
+            rates.append(rate.value)
         stop.set()
+        go.set()
         proc.join(30)
-        print(f"# inserter process: {rate.value:,.0f} transitions/s in 256-chunks during the contended loop")
+        alone, contended = float(np.median(alone_t)), float(np.median(contended_t))
+        print(f"# inserter process: {np.median(rates):,.0f} transitions/s in 256-chunks while running")
 
         sweep = k_sweep(args.capacity, max(2, rounds // 2))
         floor, ours_gather = gather_floor(args.capacity)
@@ -213,19 +239,21 @@ def main() -> int:
 
     names = list(peers)
     print()
-    print(f"{'op (us per call, median)':42s}" + "".join(f"{n:>10s}" for n in names) + "   ours vs faster peer")
+    print(f"{'op (us per call, median)':42s}" + "".join(f"{n:>12s}" for n in names) + "   ours vs fastest peer")
     ratios = {}
     for label, row in table.items():
         peer_best = min(v for k, v in row.items() if k != "ours")
         ratios[label] = peer_best / row["ours"]
-        print(f"{label:42s}" + "".join(f"{fmt(row.get(n)):>10s}" for n in names) + f"   {ratios[label]:6.2f}x faster")
+        print(f"{label:42s}" + "".join(f"{fmt(row.get(n)):>12s}" for n in names) + f"   {ratios[label]:6.2f}x faster")
     print(
         f"{'learner loop while another process inserts':42s}{fmt(contended):>10s}   = {alone / contended:.0%} of ours alone ({alone:.1f} us)"
     )
     print()
-    print("K sweep (tree only, us per call):  " + "  ".join(f"{k:>12s}" for k in next(iter(sweep.values()))))
+    print("K sweep (tree only, us per call):  " + "".join(f"{k:>18s}" for k in next(iter(sweep.values()))))
     for k, row in sweep.items():
-        print(f"  K={k:<3d}" + " " * 27 + "  ".join(f"{v:12.1f}" for v in row.values()))
+        print(f"  K={k:<3d}" + " " * 27 + "".join(f"{v:18.1f}" for v in row.values()))
+    best = min(sweep, key=lambda k: sweep[k]["sample+update 256"])
+    print(f"fastest learner-step K: {best} (compiled default: {DEFAULT_K})")
     print(
         f"gather floor: np.take of 256 random rows of a (2^20, 42) float32 array: {floor:.1f} us;"
         f" ours (5 columns, seqlock-checked): {ours_gather:.1f} us"

@@ -4,7 +4,8 @@ Each peer: ``fill(rng)`` to capacity, ``make_chunk(rng, n)``, ``insert(chunk)``,
 (data + importance weights + indexes, as its users get them), ``sample_for_update(n)`` and
 ``update(sampled, td_errors)`` (the TD errors as a learner has them: signed float32; each peer turns
 them into priorities the way its API asks). All use alpha 0.6, beta 0.4 and skip updates for slots
-rewritten since they were sampled where the library can (ours always; cpprb ``check_for_update``).
+rewritten since they were sampled where the library can (ours always; cpprb with
+``check_for_update``, run both with and without it).
 """
 
 from __future__ import annotations
@@ -98,14 +99,18 @@ class OursPeer:
 
 
 class CpprbPeer:
-    """cpprb.PrioritizedReplayBuffer (its C++ segment tree), with ``check_for_update=True``."""
+    """cpprb.PrioritizedReplayBuffer (its C++ segment tree).
 
-    def __init__(self, capacity: int, obs_dim: int, act_dim: int) -> None:
+    ``check_for_update=True`` is the like-for-like setting (updates for slots rewritten since the
+    last sample are ignored, as ours always does); False is cpprb's fastest setting.
+    """
+
+    def __init__(self, capacity: int, obs_dim: int, act_dim: int, check_for_update: bool = True) -> None:
         from cpprb import PrioritizedReplayBuffer
 
         env = {"obs": {"shape": obs_dim}, "act": {"shape": act_dim}, "rew": {}, "next_obs": {"shape": obs_dim}}
         env["done"] = {}
-        self.rb = PrioritizedReplayBuffer(capacity, env, alpha=ALPHA, eps=EPS, check_for_update=True)
+        self.rb = PrioritizedReplayBuffer(capacity, env, alpha=ALPHA, eps=EPS, check_for_update=check_for_update)
         self.capacity, self.obs_dim, self.act_dim = capacity, obs_dim, act_dim
 
     def make_chunk(self, rng: np.random.Generator, n: int):
@@ -168,7 +173,7 @@ class TorchRLPeer:
         return self.rb.extend(chunk)
 
     def sample(self, n: int):
-        return self.rb.sample(n)  # carries "_weight" and "index"
+        return self.rb.sample(n)  # carries "priority_weight" and "index"
 
     sample_for_update = sample
 
@@ -176,8 +181,9 @@ class TorchRLPeer:
         return self.rb.update_priority(sampled["index"], self.torch.from_numpy(np.abs(td)))
 
 
-def inserter_main(names, capacity: int, obs_dim: int, act_dim: int, stop, rate) -> None:
-    """A second process inserting 256-chunks into ours' shared storage and tree until ``stop``."""
+def inserter_main(names, capacity: int, obs_dim: int, act_dim: int, stop, go, rate) -> None:
+    """A second process inserting 256-chunks into ours' shared storage and tree while ``go`` is set,
+    until ``stop``; ``rate`` is its insert rate while running (transitions/s)."""
     from spreeze_like.replay import PrioritizedConfig, PrioritizedSampler, ReplayStorage, SumTree
 
     storage = ReplayStorage(attach(names[0]), capacity, obs_dim, act_dim, create=False)
@@ -185,9 +191,11 @@ def inserter_main(names, capacity: int, obs_dim: int, act_dim: int, stop, rate) 
     sampler = PrioritizedSampler(storage, tree, PrioritizedConfig(alpha=ALPHA, eps=EPS))
     rng = np.random.default_rng(9)
     chunks = [make_chunk(rng, 256, obs_dim, act_dim) for _ in range(4)]
-    n, t0 = 0, time.perf_counter()
     while not stop.is_set():
-        sampler.add(*chunks[n % 4])
-        n += 1
-        if n % 64 == 0:
-            rate.value = n * 256 / (time.perf_counter() - t0)
+        go.wait()
+        n, t0 = 0, time.perf_counter()
+        while go.is_set() and not stop.is_set():
+            sampler.add(*chunks[n % 4])
+            n += 1
+            if n % 16 == 0:
+                rate.value = n * 256 / (time.perf_counter() - t0)

@@ -63,8 +63,10 @@ def main() -> None:
     parser.add_argument("--hidden-sizes", nargs="+", type=int, default=[256, 256])
     args = parser.parse_args()
     torch.set_num_threads(1)
-    print(f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; torch threads 1; "
-          f"{args.algo} policy {args.hidden_sizes}; best of {args.repeats} x {args.steps} env steps")
+    print(
+        f"load average: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; torch threads 1; "
+        f"{args.algo} policy {args.hidden_sizes}; best of {args.repeats} x {args.steps} env steps"
+    )
     for env in args.envs:
         base = None
         for k in args.ks:

@@ -52,5 +52,7 @@ def make_policy(spec: AlgoSpec) -> nn.Module:
     from spreeze_like.seeding import derive_seed
 
     cls = actor_class(spec.algo)
-    policy = seeded_build(lambda: cls(spec.obs_dim, spec.act_dim, spec.hidden_sizes), derive_seed(spec.seed, "actor/init"))
+    policy = seeded_build(
+        lambda: cls(spec.obs_dim, spec.act_dim, spec.hidden_sizes), derive_seed(spec.seed, "actor/init")
+    )
     return policy.requires_grad_(False)

@@ -56,9 +56,12 @@ class SACCritic(CriticPart):
         with torch.no_grad():
             td_errors = torch.max((qf1_a_values - next_q_value).abs(), (qf2_a_values - next_q_value).abs())
         metrics = {
-            "qf1_loss": qf1_loss.detach(), "qf2_loss": qf2_loss.detach(),
-            "qf1_values": qf1_a_values.detach().mean(), "qf2_values": qf2_a_values.detach().mean(),
-            "alpha": alpha, "alpha_loss": alpha_loss.detach(),
+            "qf1_loss": qf1_loss.detach(),
+            "qf2_loss": qf2_loss.detach(),
+            "qf1_values": qf1_a_values.detach().mean(),
+            "qf2_values": qf2_a_values.detach().mean(),
+            "alpha": alpha,
+            "alpha_loss": alpha_loss.detach(),
         }
         return td_errors, metrics
 

@@ -162,6 +162,14 @@ class Ring:
         n = 1 if rows.ndim == 1 else len(rows)
         return n - self._push(rows)
 
+    def wait_writable(self, n: int = 1, timeout: float = 0.05) -> bool:
+        """Sleep until ``n`` slots are free (at most the capacity) or ``timeout`` passes; True if free.
+
+        No liveness check and no exception: the building block for a writer with its own stop
+        condition (``while not done: try_write; if stopping: break; wait_writable(...)``).
+        """
+        return self._core.wait_space(n, timeout)
+
     def close_writer(self) -> None:
         """Mark the end of the stream: the reader sees :attr:`writer_closed` once it has read everything."""
         self._core.set_closed(True)

@@ -22,13 +22,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from spreeze_like.algos.base import AlgoSpec
-from spreeze_like.envs import env_info
 from spreeze_like.procs.control import DONE, EXIT, FINISH, HALT, RUNNING, WAITING, ChildArgs, Control, Napper, set_state
 from spreeze_like.procs.critic_learner_proc import restore
 from spreeze_like.procs.parts import write_part
 from spreeze_like.procs.segments import Attached
-from spreeze_like.replay import UniformSampler
+from spreeze_like.roles import build
 from spreeze_like.roles.actor_learner import ActorLearner
 from spreeze_like.seeding import derive_seed, seed_process
 
@@ -37,16 +35,17 @@ def run(args: ChildArgs) -> None:
     """Process body (called by :func:`spreeze_like.procs.control.child_main`)."""
     cfg = args.config
     seed_process(cfg.seed, f"actor-learner/{args.generation}")
-    info = env_info(cfg.env)
-    spec = AlgoSpec.from_config(cfg, info.obs_dim, info.act_dim)
+    spec = build.algo_spec(cfg)
     with Attached(args.segments) as shm:
         block = shm.stats()
         row = block.role(args.role)
         row.claim()
         storage = shm.storage()
-        sampler = UniformSampler(storage, seed=derive_seed(cfg.seed, "replay/actor", 0, args.generation))
-        learner = ActorLearner(spec, cfg.actor_device, sampler, shm.board("critic", "reader"),
-                               shm.board("actor", "writer"), row, cfg.batch_size, cfg.weight_sync_period)
+        # build.replay_samplers makes the critic's sampler too; with --prioritized it needs the tree for that
+        tree = shm.tree(derive_seed(cfg.seed, "replay/critic")) if cfg.prioritized else None
+        _, sampler = build.replay_samplers(cfg, storage, tree)
+        learner = build.actor_learner(cfg, spec, sampler, shm.board("critic", "reader"), shm.board("actor", "writer"),
+                                      row)
         restore(learner, args, args.role)
         ActorLoop(args, learner, storage, Control(block), row, block.role("critic-learner")).run()
 

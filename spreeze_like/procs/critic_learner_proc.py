@@ -8,7 +8,8 @@ between updates (docs/parallel.md has the measurement behind running it inline).
 
 Loop (every iteration beats the heartbeat and serves checkpoint requests):
 
-- ``RUN``/``FINISH``: drain the rings; update while the UTD budget allows
+- ``RUN``/``FINISH``: drain the rings (in batches: when the budget is spent or ``lead`` records
+  wait); update while the UTD budget allows
   (:func:`~spreeze_like.procs.pacing.critic_budget`) and the actor is not too far behind; after each
   update publish the new allowance for the samplers. Without budget, wait (``data_wait_s``). In
   ``FINISH``, once the rings are empty and the budget is spent, flush metrics and idle (``DONE``).
@@ -27,15 +28,14 @@ import os
 import time
 from typing import Any
 
-from spreeze_like.algos.base import AlgoSpec
 from spreeze_like.checkpoint import load_checkpoint
-from spreeze_like.envs import env_info
 from spreeze_like.errors import CheckpointError, ConfigError
 from spreeze_like.procs import pacing
 from spreeze_like.procs.control import DONE, EXIT, FINISH, HALT, RUNNING, WAITING, ChildArgs, Control, Napper, set_state
 from spreeze_like.procs.feeder import FeederThread, RingFeeder
 from spreeze_like.procs.parts import write_part
 from spreeze_like.procs.segments import Attached
+from spreeze_like.roles import build
 from spreeze_like.roles.critic_learner import CriticLearner
 from spreeze_like.roles.replay_writer import ReplayWriter
 from spreeze_like.seeding import derive_seed, seed_process
@@ -49,18 +49,6 @@ def feeder_mode() -> str:
     if mode not in FEEDER_MODES:
         raise ConfigError(f"SPREEZE_FEEDER={mode!r} is invalid; use one of {', '.join(FEEDER_MODES)} or unset it")
     return mode
-
-
-def build_sampler(cfg: Any, shm: Attached, storage: Any, generation: int) -> Any:
-    """The critic's replay sampler over shared memory, set up like the serial mode's ``build_replay``."""
-    from spreeze_like.replay import PrioritizedConfig, PrioritizedSampler, UniformSampler
-
-    seed = derive_seed(cfg.seed, "replay/critic", 0, generation)
-    if not cfg.prioritized:
-        return UniformSampler(storage, seed=seed)
-    expected_updates = max(1, int((cfg.total_steps - cfg.learning_starts) * cfg.utd))
-    per = PrioritizedConfig(alpha=cfg.priority_alpha, beta0=cfg.priority_beta, beta_steps=expected_updates)
-    return PrioritizedSampler(storage, shm.tree(seed), per, seed=seed)
 
 
 def restore(learner: Any, args: ChildArgs, role: str) -> None:
@@ -80,19 +68,18 @@ def run(args: ChildArgs) -> None:
     cfg = args.config
     mode = feeder_mode()
     seed_process(cfg.seed, f"critic-learner/{args.generation}")
-    info = env_info(cfg.env)
-    spec = AlgoSpec.from_config(cfg, info.obs_dim, info.act_dim)
+    spec = build.algo_spec(cfg)
     with Attached(args.segments) as shm:
         block = shm.stats()
         row = block.role(args.role)
         row.claim()
         storage = shm.storage()
-        sampler = build_sampler(cfg, shm, storage, args.generation)
+        tree = shm.tree(derive_seed(cfg.seed, "replay/critic")) if cfg.prioritized else None
+        sampler, _ = build.replay_samplers(cfg, storage, tree)
         writer = ReplayWriter(sampler, args.segments.layout, block.role("replay"))
         feeder = RingFeeder([shm.ring(i, "reader") for i in range(cfg.samplers)], writer, row)
-        learner = CriticLearner(spec, cfg.critic_device, sampler, shm.board("actor", "reader"),
-                                shm.board("critic", "writer"), row, cfg.batch_size, cfg.weight_sync_period,
-                                cfg.prioritized)
+        learner = build.critic_learner(cfg, spec, sampler, shm.board("actor", "reader"), shm.board("critic", "writer"),
+                                       row)
         restore(learner, args, args.role)
         loop = CriticLoop(args, learner, feeder, storage, Control(block), row, block.role("actor-learner"))
         thread = FeederThread(feeder) if mode == "thread" else None
@@ -130,15 +117,20 @@ class CriticLoop:
             phase = self.control.phase()
             if phase == EXIT:
                 return
-            if thread is None:
-                self.feeder.drain()
-            else:
+            if thread is not None:
                 thread.check()
             if phase == HALT:
                 flushed = self._idle(flushed, napper)
                 continue
             flushed = False
-            if self.session < pacing.critic_budget(self.storage.inserted, self.start, self.utd):
+            has_budget = self.session < pacing.critic_budget(self.storage.inserted, self.start, self.utd)
+            # Drain in batches: when the budget is spent (the next update needs data) or a lead's worth
+            # waits. A drain's cost is mostly per call, so one row per update would cost ~5 % of the
+            # critic's time on a small network; a batch of ~lead rows makes it negligible.
+            if thread is None and (not has_budget or self.feeder.backlog() >= self.lead):
+                self.feeder.drain()
+                has_budget = self.session < pacing.critic_budget(self.storage.inserted, self.start, self.utd)
+            if has_budget:
                 actor_total = int(self.actor_row.get("total_updates"))
                 if pacing.actor_lag(self.learner.updates, actor_total, self.delay) > pacing.MAX_ACTOR_LAG:
                     set_state(row, WAITING)

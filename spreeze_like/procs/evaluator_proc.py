@@ -8,11 +8,12 @@ as its weights source and its stats row as its stats writer:
 - on the supervisor's request (``eval_request``/``eval_step`` in the control row: the final
   evaluation), after which it sets ``eval_ack``.
 
-Each result is appended as one JSON line to ``<run_dir>/evals.jsonl`` (env step, mean return, every
-episode's return and length, the actor version evaluated); the supervisor reads it for the run's
+Each result is appended as one JSON line to ``<run_dir>/evals.jsonl`` (env step, mean return, wall
+seconds since the session started, every episode's return and length, the actor version evaluated); the supervisor reads it for the run's
 result and the checkpoint's evaluation history, the monitor gets ``eval/episodic_return`` from the
-stats row. It runs at a lower scheduling priority (nice +5): an evaluation is worth less than a
-learner's update on a machine with few cores. Creates nothing shared; the supervisor restarts it
+stats row. It runs at normal priority: an evaluation is a short burst (one batched forward per
+step for all episodes), and a niced evaluator starves on a loaded machine, where the final
+evaluation is on the run's critical path. Creates nothing shared; the supervisor restarts it
 with back-off if it dies.
 """
 
@@ -20,31 +21,23 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import time
 from pathlib import Path
 
-from spreeze_like.algos.base import AlgoSpec
-from spreeze_like.envs import env_info
 from spreeze_like.procs.control import EXIT, RUN, RUNNING, ChildArgs, Control, set_state
 from spreeze_like.procs.segments import Attached
-from spreeze_like.roles.evaluator import EvalResult, Evaluator
+from spreeze_like.roles import build
+from spreeze_like.roles.evaluator import EvalResult
 
 EVALS_FILE = "evals.jsonl"
-BACKGROUND_NICE = 5
 
 
-def lower_priority() -> None:
-    """Be the process the OS slows down first when cores are scarce (best effort)."""
-    try:
-        os.nice(BACKGROUND_NICE)
-    except OSError:
-        pass
+def append_result(run_dir: str | Path, result: EvalResult, wall_s: float) -> None:
+    """One line per evaluation; a line is written whole with one ``write`` call (appends are atomic).
 
-
-def append_result(run_dir: str | Path, result: EvalResult) -> None:
-    """One line per evaluation; a line is written whole with one ``write`` call (appends are atomic)."""
-    line = json.dumps({"env_step": result.env_step, "mean_return": result.mean_return,
+    ``wall_s``: seconds since the session started when the evaluation ended (the serial mode's rule).
+    """
+    line = json.dumps({"env_step": result.env_step, "mean_return": result.mean_return, "wall_s": wall_s,
                        "returns": list(result.returns), "lengths": list(result.lengths), "version": result.version})
     with open(Path(run_dir) / EVALS_FILE, "a") as f:
         f.write(line + "\n")
@@ -66,17 +59,16 @@ def read_results(run_dir: str | Path) -> list[dict]:
 
 def run(args: ChildArgs) -> None:
     """Process body (called by :func:`spreeze_like.procs.control.child_main`)."""
-    lower_priority()
     cfg = args.config
-    info = env_info(cfg.env)
-    spec = AlgoSpec.from_config(cfg, info.obs_dim, info.act_dim)
+    spec = build.algo_spec(cfg)
+    t0 = float(args.extra["t0"])  # the session's start (CLOCK_MONOTONIC is one clock for all processes)
     with Attached(args.segments) as shm:
         block = shm.stats()
         row = block.role(args.role)
         row.claim()
         control = Control(block)
         sampler_rows = [block.role(r) for r in block.roles if r.startswith("sampler-")]
-        evaluator = Evaluator(cfg.env, spec, shm.board("actor", "reader"), row, cfg.eval_episodes)
+        evaluator = build.evaluator(cfg, spec, shm.board("actor", "reader"), row)
         ack = int(row.get("eval_ack"))  # a restarted evaluator does not repeat an answered request
 
         def global_step() -> int:
@@ -93,13 +85,14 @@ def run(args: ChildArgs) -> None:
                     return
                 request, step = control.eval_request()
                 if request > ack:
-                    append_result(args.run_dir, evaluator.evaluate(step))
+                    append_result(args.run_dir, evaluator.evaluate(step), time.monotonic() - t0)
                     ack = request
                     row.set("eval_ack", float(request))
                     continue
-                if phase == RUN and global_step() >= next_eval:
-                    step = global_step()
-                    append_result(args.run_dir, evaluator.evaluate(step))
+                step = global_step()
+                # at the last step the supervisor asks for the final evaluation itself (one, not two)
+                if phase == RUN and next_eval <= step < cfg.total_steps:
+                    append_result(args.run_dir, evaluator.evaluate(step), time.monotonic() - t0)
                     next_eval = (step // every + 1) * every
                     continue
                 time.sleep(0.05)

@@ -6,9 +6,10 @@ the TD-error priorities, and because the prioritized sampler gives each new slot
 priority *while* it is written (``on_written``), under the sum tree's lock: one process doing both
 never races itself. Where in that process it runs is a measured choice (docs/parallel.md):
 
-- ``inline`` (default): the critic's loop calls :meth:`RingFeeder.drain` between updates. A drain
-  of the handful of transitions that arrived during one update is a few microseconds of copying,
-  well under 1 % of an update, and shares no lock or GIL with anything.
+- ``inline`` (default): the critic's loop calls :meth:`RingFeeder.drain` between updates, in
+  batches (when its update budget is spent, or ``lead`` records wait): a drain costs mostly per
+  call, so a batch of dozens of records costs about what one does. It shares no lock or GIL with
+  anything.
 - ``thread``: :class:`FeederThread` drains in a background thread of the same process. Kept for
   the measurement (``SPREEZE_FEEDER=thread``); it only adds GIL handoffs to the critic's loop.
 

@@ -14,7 +14,8 @@ update whatever the TensorBoard rate. It adds the scalars only a parallel run ha
 It owns the run's event files: it flushes and closes them when the phase becomes ``EXIT`` (after
 the final evaluation), so nothing is lost on a normal stop or a Ctrl-C. If it is killed, the
 events since the last flush are lost and the supervisor restarts it (a new event file in the same
-folder; TensorBoard merges them). Runs at nice +5 like the evaluator. Creates nothing shared.
+folder; TensorBoard merges them). It runs at normal priority: it is light, and a starved monitor
+would leave the user without curves on a busy machine. Creates nothing shared.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from collections.abc import Mapping
 from typing import Any
 
 from spreeze_like.procs.control import EXIT, RUNNING, SUPERVISOR, ChildArgs, Control, set_state
-from spreeze_like.procs.evaluator_proc import lower_priority
 from spreeze_like.procs.segments import Attached
 from spreeze_like.roles.monitor import Monitor
 
@@ -61,7 +61,6 @@ class ParallelScalars:
 
 def run(args: ChildArgs) -> None:
     """Process body (called by :func:`spreeze_like.procs.control.child_main`)."""
-    lower_priority()
     cfg = args.config
     with Attached(args.segments) as shm:
         block = shm.stats()
@@ -83,6 +82,10 @@ def run(args: ChildArgs) -> None:
                     extra.write(monitor.writer, monitor.global_step(monitor.before), monitor.before)
                 time.sleep(nap)
         finally:
+            if monitor.t_last <= monitor.t0:
+                # started late (a short session on a loaded machine): write the final state at least once,
+                # Monitor.close() skips its last write when the previous one is under 0.5 s old
+                monitor.write()
             snap = block.snapshot()
             extra.write(monitor.writer, monitor.global_step(snap), snap)
             monitor.close()

@@ -37,6 +37,8 @@ import torch
 from spreeze_like.checkpoint import atomic_torch_save, capture_process_rng, checkpoint_dir
 from spreeze_like.seeding import derive_seed
 
+LEARNERS = ("critic-learner", "actor-learner")  # the roles that write parts
+
 
 def parts_dir(run_dir: str | Path, request: int) -> Path:
     return checkpoint_dir(run_dir) / "parts" / str(request)
@@ -93,7 +95,7 @@ def assemble_payload(
     samplers: list[tuple[int, int]],
     env_steps: int,
     generation: int,
-    evals: list[tuple[int, float]],
+    evals: list[tuple[int, float, float]],
     seed: int,
 ) -> dict[str, Any]:
     """The serial mode's checkpoint payload from the parallel run's pieces.
@@ -104,7 +106,7 @@ def assemble_payload(
         samplers: per sampler, (env steps, episodes) over the whole run.
         env_steps: global env step of the checkpoint.
         generation: this session's resume count.
-        evals: (env step, mean return) of every evaluation so far.
+        evals: (env step, mean return, wall seconds into its session) of every evaluation so far.
         seed: the run seed.
     """
     roles: dict[str, Any] = {
@@ -117,6 +119,57 @@ def assemble_payload(
         "config": config, "env_steps": int(env_steps), "generation": generation,
         "critic_updates": int(critic_part["learner"]["updates"]), "actor_updates": int(actor_part["learner"]["updates"]),
         "episodes": int(sum(e for _, e in samplers)), "update_credit": 0.0,
-        "evals": [[int(s), float(r)] for s, r in evals], "roles": roles, "process_rng": capture_process_rng(),
+        "evals": [[int(s), float(r), float(w)] for s, r, w in evals], "roles": roles, "process_rng": capture_process_rng(),
         "saved_at": time.time(), "mode": "parallel",
     }
+
+
+class CheckpointCoordinator:
+    """The supervisor's side of the protocol above: request, wait for the learners' acks, assemble, save.
+
+    Args:
+        run_dir: the run folder.
+        control: the stats block's ``control`` row (only the supervisor writes it).
+        config: the resolved config.
+        generation: this session's resume count.
+        restored: per sampler, (env steps, episodes) restored from the resumed checkpoint.
+        last: the newest checkpoint so far (the resumed one, or None).
+    """
+
+    def __init__(self, run_dir: Path, control: Any, config: Any, generation: int, restored: list[tuple[int, int]],
+                 last: Path | None) -> None:
+        self.run_dir, self.control, self.config = run_dir, control, config
+        self.generation, self.restored, self.last = generation, restored, last
+        self.request = 0
+        self.pending_since: float | None = None
+
+    @property
+    def pending(self) -> bool:
+        return self.pending_since is not None
+
+    def ask(self) -> None:
+        """Raise ``ckpt_request``: the learners write their parts between two updates."""
+        self.request += 1
+        self.control.set("ckpt_request", float(self.request))
+        self.pending_since = time.monotonic()
+
+    def try_finish(self, snap: dict[str, dict[str, float]], env_step: int, evals: list[tuple[int, float, float]],
+                   timeout_s: float) -> str:
+        """``"saved"`` once written, ``"waiting"`` for acks, ``"skipped"`` after ``timeout_s`` without them."""
+        from spreeze_like.checkpoint import save_checkpoint
+
+        k, cfg = self.request, self.config
+        if any(snap[r]["ckpt_ack"] < k for r in LEARNERS):
+            if time.monotonic() - (self.pending_since or 0.0) > timeout_s:
+                self.pending_since = None
+                return "skipped"
+            return "waiting"
+        samplers = [(self.restored[i][0] + int(snap[f"sampler-{i}"]["env_steps"]),
+                     self.restored[i][1] + int(snap[f"sampler-{i}"]["episodes"])) for i in range(cfg.samplers)]
+        payload = assemble_payload(cfg.to_dict(), read_part(self.run_dir, k, LEARNERS[0]),
+                                   read_part(self.run_dir, k, LEARNERS[1]), samplers, env_step, self.generation,
+                                   evals, cfg.seed)
+        self.last = save_checkpoint(self.run_dir, payload, env_step, keep=cfg.keep_checkpoints)
+        remove_parts(self.run_dir, up_to=k)
+        self.pending_since = None
+        return "saved"

@@ -18,14 +18,15 @@ sequence) and the same stats row, whose ``env_steps`` counter tells it where its
 
 from __future__ import annotations
 
+import time
+
 import numpy as np
 
-from spreeze_like.algos.base import AlgoSpec
-from spreeze_like.envs import env_info
 from spreeze_like.ipc import Ring
 from spreeze_like.procs.control import DONE, EXIT, RUN, RUNNING, WAITING, ChildArgs, Control, Napper, set_state
 from spreeze_like.procs.segments import Attached
-from spreeze_like.roles.sampler import SamplerWorker, random_steps_per_sampler
+from spreeze_like.roles import build
+from spreeze_like.roles.sampler import SamplerWorker
 
 
 class StopSampling(Exception):
@@ -35,28 +36,29 @@ class StopSampling(Exception):
 class RingSink:
     """A :class:`~spreeze_like.roles.ports.TransitionSink` over a ring that waits without hanging.
 
-    ``Ring.write`` would block until the reader drains; this sink writes what fits, then naps and
-    retries, beating the heartbeat and giving up when the phase becomes ``EXIT``. Waits are counted
+    ``Ring.write`` would block until the reader drains; this sink writes what fits, then sleeps on the
+    ring's doorbell (``wait_writable``) and retries, beating the heartbeat and giving up when the
+    phase becomes ``EXIT``. Waits are counted
     in the stats row (``ring_waits``, ``ring_wait_s``: the ``ipc/ring_full_waits`` metric).
     """
 
     def __init__(self, ring: Ring, control: Control, stats: object) -> None:
         self.ring, self.control, self.stats = ring, control, stats
-        self._napper = Napper(max_s=2e-3)
 
     def write(self, rows: np.ndarray) -> None:
         rows = np.ascontiguousarray(rows, dtype=np.float32)
         done = self.ring.try_write(rows)
         if done == len(rows):
             return
-        waited = 0.0
-        self._napper.reset()
+        t0 = time.perf_counter()
         while done < len(rows):
             if self.control.phase() == EXIT:
                 raise StopSampling
-            waited += self._napper.nap()
+            # sleeps on the reader's doorbell: woken as soon as the feeder releases records
+            self.ring.wait_writable(len(rows) - done, timeout=0.05)
             self.stats.beat()
             done += self.ring.try_write(rows[done:])
+        waited = time.perf_counter() - t0
         self.stats.add("ring_waits")
         self.stats.add("ring_wait_s", waited)
 
@@ -64,8 +66,7 @@ class RingSink:
 def run(args: ChildArgs) -> None:
     """Process body (called by :func:`spreeze_like.procs.control.child_main`)."""
     cfg, i = args.config, args.index
-    info = env_info(cfg.env)
-    spec = AlgoSpec.from_config(cfg, info.obs_dim, info.act_dim)
+    spec = build.algo_spec(cfg)
     with Attached(args.segments) as shm:
         block = shm.stats()
         control = Control(block)
@@ -74,10 +75,8 @@ def run(args: ChildArgs) -> None:
         sampler_rows = [block.role(r) for r in block.roles if r.startswith("sampler-")]
         sink = RingSink(shm.ring(i, "writer"), control, row)
         weights = shm.board("actor", "reader")
-        random_steps = random_steps_per_sampler(cfg.learning_starts, cfg.samplers)
         # A restart gets new env seeds and RNG streams (a new generation per restart and resume).
-        worker = SamplerWorker(cfg.env, spec, i, cfg.envs_per_sampler, random_steps, sink, weights, row,
-                               generation=args.generation + 1000 * args.restarts)
+        worker = build.sampler(cfg, spec, i, sink, weights, row, generation=args.generation + 1000 * args.restarts)
         restored_steps, restored_episodes = args.extra.get("restored", (0, 0))  # from the resumed checkpoint
         session_steps = int(row.get("env_steps"))  # > 0 after a restart: this session's steps so far
         worker.env_steps = restored_steps + session_steps

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from spreeze_like.errors import ConfigError
-from spreeze_like.replay.storage import ReplayStorage
+from spreeze_like.replay.storage import ReplayStorage, Rows
 from spreeze_like.replay.sum_tree import SumTree
 
 # A torn row needs a writer racing this very slot; needing more rounds than this means the writer
@@ -63,7 +63,15 @@ class UniformSampler:
         self.storage = storage
         self._rng = np.random.default_rng(seed)
 
-    def add(self, obs, action, reward, next_obs, terminated, truncated=None) -> np.ndarray:
+    def add(
+        self,
+        obs: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        next_obs: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Append a chunk of transitions (see :meth:`ReplayStorage.add`); returns their slots."""
         return self.storage.add(obs, action, reward, next_obs, terminated, truncated)
 
@@ -139,7 +147,15 @@ class PrioritizedSampler:
         c = self.config
         return c.beta0 + (1.0 - c.beta0) * min(1.0, self.steps / c.beta_steps)
 
-    def add(self, obs, action, reward, next_obs, terminated, truncated=None) -> np.ndarray:
+    def add(
+        self,
+        obs: np.ndarray,
+        action: np.ndarray,
+        reward: np.ndarray,
+        next_obs: np.ndarray,
+        terminated: np.ndarray,
+        truncated: np.ndarray | None = None,
+    ) -> np.ndarray:
         """Append transitions; they get the largest priority seen so far. Returns their slots."""
         return self.storage.add(obs, action, reward, next_obs, terminated, truncated, on_written=self.tree.set_max)
 
@@ -169,7 +185,7 @@ class PrioritizedSampler:
         return self.tree.update_from_td(slots, td_errors, c.alpha, c.eps, generations, self.storage.generations)
 
 
-def _patch(rows, new_rows, positions: np.ndarray) -> None:
+def _patch(rows: Rows, new_rows: Rows, positions: np.ndarray) -> None:
     """Replace the rows at ``positions`` with freshly drawn ones (whose own torn rows stay marked)."""
     rows.obs[positions] = new_rows.obs
     rows.action[positions] = new_rows.action

@@ -18,7 +18,9 @@ Concurrency protocol (enforced where it can be):
 * **One writer process.** The first :meth:`ReplayStorage.add` of a process claims the storage by
   writing its pid into the header (compare-and-swap); another live process calling ``add`` gets a
   ``RuntimeError``. A writer that died is replaced: its pid is taken over by the next process that
-  adds. Threads of the writing process must not call ``add`` concurrently.
+  adds (if the dead writer's pid was reused by an unrelated live process meanwhile, the claim fails
+  loudly rather than letting two writers share the storage). Threads of the writing process must
+  not call ``add`` concurrently.
 * **Per-slot seqlock.** The writer makes a slot's generation odd, writes the row, calls
   ``on_written(slots)`` (the prioritized sampler sets the new rows' priority there, under the sum
   tree's lock), then makes the generation even again and publishes the new cursor (release). A

@@ -108,4 +108,3 @@ class CriticLearner:
         self.part.load_state_dict(state["part"])
         self.part.updates = int(state["updates"])
         self.publish()
-

@@ -56,8 +56,12 @@ class Evaluator:
         if version > 0:
             set_flat([self.policy], self._vec)
         n = len(self.envs)
-        obs = np.stack([reset_env(env, self.env_id, seed=derive_seed(self.spec.seed, "evaluator", i))
-                        for i, env in enumerate(self.envs)])
+        obs = np.stack(
+            [
+                reset_env(env, self.env_id, seed=derive_seed(self.spec.seed, "evaluator", i))
+                for i, env in enumerate(self.envs)
+            ]
+        )
         returns = np.zeros(n, dtype=np.float64)
         lengths = np.zeros(n, dtype=np.int64)
         running = np.ones(n, dtype=bool)

@@ -69,8 +69,9 @@ class Monitor:
         self.tb_interval, self.log_interval, self.print_fn, self.clock = tb_interval, log_interval, print_fn, clock
         self.writer = SummaryWriter(str(run_dir), purge_step=purge_step)
         self.writer.add_text("hyperparameters", _markdown_table(config), global_step=start_step)
-        self.writer.add_text("config", "```\n" + json.dumps(dict(config), indent=2, sort_keys=True) + "\n```",
-                             global_step=start_step)
+        self.writer.add_text(
+            "config", "```\n" + json.dumps(dict(config), indent=2, sort_keys=True) + "\n```", global_step=start_step
+        )
         self.t0 = self.t_last = self.t_console = clock()
         self.before = self._read()
         self.first_update_step: int | None = None
@@ -111,8 +112,11 @@ class Monitor:
             return (self._sum(snap, prefix, key) - self._sum(before, prefix, key)) / dt
 
         samplers = [r for r in snap if r.startswith("sampler")]
-        for tag, key in (("charts/episodic_return", "episodic_return"), ("charts/episodic_length", "episodic_length"),
-                         ("perf/policy_lag", "policy_lag")):
+        for tag, key in (
+            ("charts/episodic_return", "episodic_return"),
+            ("charts/episodic_length", "episodic_length"),
+            ("perf/policy_lag", "policy_lag"),
+        ):
             value = _pooled_mean(snap, before, samplers, key)
             if value is not None:
                 scalars[tag] = value
@@ -136,8 +140,9 @@ class Monitor:
             self.t_console = now
             self.print_fn(self.progress_line(step, scalars))
 
-    def _learner_scalars(self, snap: Any, before: Any, rate: Callable[[str, str], float], step: int,
-                         scalars: dict[str, float]) -> None:
+    def _learner_scalars(
+        self, snap: Any, before: Any, rate: Callable[[str, str], float], step: int, scalars: dict[str, float]
+    ) -> None:
         critic, actor = snap.get("critic-learner"), snap.get("actor-learner")
         if critic is not None:
             scalars["perf/update_hz"] = rate("critic-learner", "updates")
@@ -152,8 +157,11 @@ class Monitor:
                 value = _mean(critic, before.get("critic-learner", {}), key)
                 if value is not None:
                     scalars[f"losses/{key}"] = value
-            for tag, key in (("replay/td_error", "td_error"), ("replay/is_weight_mean", "is_weight"),
-                             ("perf/actor_copy_staleness", "copy_staleness")):
+            for tag, key in (
+                ("replay/td_error", "td_error"),
+                ("replay/is_weight_mean", "is_weight"),
+                ("perf/actor_copy_staleness", "copy_staleness"),
+            ):
                 value = _mean(critic, before.get("critic-learner", {}), key)
                 if value is not None:
                     scalars[tag] = value

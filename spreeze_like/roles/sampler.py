@@ -78,10 +78,12 @@ class SamplerWorker:
         self.noise = torch.Generator().manual_seed(derive_seed(spec.seed, "sampler/noise", index, generation))
         self.env_steps = 0  # over this sampler's envs, across resumes
         self.episodes = 0
-        self.obs = np.stack([
-            reset_env(env, env_id, seed=derive_seed(spec.seed, "env", index * n_envs + j, generation))
-            for j, env in enumerate(self.envs)
-        ])
+        self.obs = np.stack(
+            [
+                reset_env(env, env_id, seed=derive_seed(spec.seed, "env", index * n_envs + j, generation))
+                for j, env in enumerate(self.envs)
+            ]
+        )
         self.episode_return = np.zeros(n_envs, dtype=np.float64)
         self.episode_length = np.zeros(n_envs, dtype=np.int64)
         self._rows = np.empty((n_envs, self.layout.width), dtype=np.float32)

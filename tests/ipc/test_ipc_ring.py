@@ -110,7 +110,11 @@ def test_wrap_and_partial_batches_in_process():
                 n += len(view)
             W.check_rows(out[:k], 5, seq)
             seq += k
+        assert ring.wait_writable(7, timeout=0.0)
         assert ring.try_write(W.record_rows(5, np.arange(seq, seq + 9), 3)) == 7  # only what fits
+        t0 = time.monotonic()
+        assert not ring.wait_writable(1, timeout=0.05)  # full: times out, no exception
+        assert time.monotonic() - t0 >= 0.04
         assert ring.full_waits == 0
         with pytest.raises(ValueError, match="float32"):
             ring.write(np.zeros((2, 3)))  # float64

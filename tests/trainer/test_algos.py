@@ -16,15 +16,22 @@ ALGOS = ("sac", "td3", "ddpg")
 
 
 def spec(algo: str, **kw) -> AlgoSpec:
-    return AlgoSpec(algo=algo, obs_dim=3, act_dim=2, hidden_sizes=(16, 16),
-                    policy_delay=2 if algo == "td3" else 1, **kw)
+    return AlgoSpec(
+        algo=algo, obs_dim=3, act_dim=2, hidden_sizes=(16, 16), policy_delay=2 if algo == "td3" else 1, **kw
+    )
 
 
 def batch(n: int = 32, seed: int = 0, terminated: float | None = None, weights=None) -> Batch:
     g = torch.Generator().manual_seed(seed)
     term = torch.randint(0, 2, (n,), generator=g).float() if terminated is None else torch.full((n,), terminated)
-    return Batch(torch.randn(n, 3, generator=g), torch.rand(n, 2, generator=g) * 2 - 1, torch.randn(n, generator=g),
-                 torch.randn(n, 3, generator=g), term, weights)
+    return Batch(
+        torch.randn(n, 3, generator=g),
+        torch.rand(n, 2, generator=g) * 2 - 1,
+        torch.randn(n, generator=g),
+        torch.randn(n, 3, generator=g),
+        term,
+        weights,
+    )
 
 
 @pytest.mark.parametrize("algo", ALGOS)
@@ -32,7 +39,9 @@ def test_halves_start_from_identical_copies(algo):
     critic_part, actor_part = make_critic_part(spec(algo), "cpu"), make_actor_part(spec(algo), "cpu")
     np.testing.assert_array_equal(get_flat([critic_part.actor]), actor_part.actor_vector())
     np.testing.assert_array_equal(get_flat([make_policy(spec(algo))]), actor_part.actor_vector())
-    np.testing.assert_array_equal(critic_part.critic_vector()[: actor_part._critic_numel], get_flat([actor_part.critic]))
+    np.testing.assert_array_equal(
+        critic_part.critic_vector()[: actor_part._critic_numel], get_flat([actor_part.critic])
+    )
     assert len(critic_part.critic_vector()) == actor_part.critic_vector_size
     assert critic_part.actor_vector_size == len(actor_part.actor_vector())
 
@@ -64,7 +73,7 @@ def test_critic_fits_a_fixed_batch(algo):
     part = make_critic_part(spec(algo, gamma=0.0), "cpu")  # gamma 0: the target is the reward
     b = batch()
     first = part.step(b)[1]["qf1_loss"].item()
-    for _ in range(300):
+    for _ in range(200):
         last = part.step(b)[1]["qf1_loss"].item()
     assert last < 0.2 * first
 

@@ -11,14 +11,20 @@ import pytest
 
 from spreeze_like.checkpoint import list_checkpoints
 from spreeze_like.config import TrainConfig
-from spreeze_like.train import train
+from spreeze_like.training import train
 
 from .test_serial import TINY
 
 
 def run_cli(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "spreeze_like.run", *args], capture_output=True, text=True, check=False,
-                          timeout=timeout, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    return subprocess.run(
+        [sys.executable, "-m", "spreeze_like.run", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=timeout,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
 
 
 def assert_one_line_error(proc: subprocess.CompletedProcess, *fragments: str) -> None:
@@ -37,14 +43,17 @@ def finished_run(tmp_path_factory):
     return train(config, print_fn=lambda line: None).run_dir
 
 
-@pytest.mark.parametrize("args, fragments", [
-    (["--env", "Pendelum-v1"], ["cannot make env", "Did you mean"]),
-    (["--env", "CartPole-v1"], ["continuous-action agents", "Discrete action space"]),
-    (["--batch-size", "-3"], ["--batch-size", ">= 1"]),
-    (["--batch-size", "abc"], ["--batch-size", "invalid int value"]),
-    (["--algo", "ppo"], ["--algo", "invalid choice"]),
-    (["--no-such-flag"], ["unrecognized arguments"]),
-])
+@pytest.mark.parametrize(
+    "args, fragments",
+    [
+        (["--env", "Pendelum-v1"], ["cannot make env", "Did you mean"]),
+        (["--env", "CartPole-v1"], ["continuous-action agents", "Discrete action space"]),
+        (["--batch-size", "-3"], ["--batch-size", ">= 1"]),
+        (["--batch-size", "abc"], ["--batch-size", "invalid int value"]),
+        (["--algo", "ppo"], ["--algo", "invalid choice"]),
+        (["--no-such-flag"], ["unrecognized arguments"]),
+    ],
+)
 def test_bad_input_exits_2_with_one_line(args, fragments):
     assert_one_line_error(run_cli(*args, "--log-interval", "0"), *fragments)
 
@@ -57,10 +66,13 @@ def test_unwritable_logdir(tmp_path):
 
 
 def test_checkpoint_from_another_algo_or_env(finished_run):
-    assert_one_line_error(run_cli("--resume", str(finished_run), "--algo", "td3", "--total-steps", "600"),
-                          "with algo 'sac'", "td3")
-    assert_one_line_error(run_cli("--resume", str(finished_run), "--env", "MountainCarContinuous-v0",
-                                  "--total-steps", "600"), "from env 'Pendulum-v1'")
+    assert_one_line_error(
+        run_cli("--resume", str(finished_run), "--algo", "td3", "--total-steps", "600"), "with algo 'sac'", "td3"
+    )
+    assert_one_line_error(
+        run_cli("--resume", str(finished_run), "--env", "MountainCarContinuous-v0", "--total-steps", "600"),
+        "from env 'Pendulum-v1'",
+    )
 
 
 def test_corrupt_checkpoint(finished_run, tmp_path):
@@ -75,3 +87,12 @@ def test_corrupt_checkpoint(finished_run, tmp_path):
 
 def test_resume_of_a_missing_folder(tmp_path):
     assert_one_line_error(run_cli("--resume", str(tmp_path / "nope")), "--resume")
+
+
+def test_package_import_stays_light():
+    code = (
+        "import sys, spreeze_like; assert 'torch' not in sys.modules; import spreeze_like.training; "
+        "assert callable(spreeze_like.train)"
+    )
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
+    assert proc.returncode == 0, proc.stderr

@@ -25,8 +25,23 @@ def test_every_field_is_a_flag_with_help():
 
 
 def test_flags_parse_to_typed_values():
-    cfg = parse_cli(["--algo", "td3", "--total-steps", "123", "--utd", "0.5", "--prioritized",
-                     "--hidden-sizes", "64", "32", "--target-entropy", "-2.5", "--serial"])
+    cfg = parse_cli(
+        [
+            "--algo",
+            "td3",
+            "--total-steps",
+            "123",
+            "--utd",
+            "0.5",
+            "--prioritized",
+            "--hidden-sizes",
+            "64",
+            "32",
+            "--target-entropy",
+            "-2.5",
+            "--serial",
+        ]
+    )
     assert (cfg.algo, cfg.total_steps, cfg.utd, cfg.prioritized) == ("td3", 123, 0.5, True)
     assert cfg.hidden_sizes == (64, 32) and cfg.target_entropy == -2.5 and cfg.serial
     assert parse_cli(["--target-entropy", "auto"]).target_entropy is None
@@ -45,11 +60,14 @@ def test_json_round_trip():
     assert TrainConfig.from_dict(json.loads(cfg.to_json())) == cfg
 
 
-@pytest.mark.parametrize("content, match", [
-    ('{"batch_sise": 3}', "unknown setting"),
-    ('{"batch_size": "big"}', "wrong type"),
-    ("{not json", "not valid JSON"),
-])
+@pytest.mark.parametrize(
+    "content, match",
+    [
+        ('{"batch_sise": 3}', "unknown setting"),
+        ('{"batch_size": "big"}', "wrong type"),
+        ("{not json", "not valid JSON"),
+    ],
+)
 def test_bad_config_file_is_one_line(tmp_path, content, match):
     path = tmp_path / "c.json"
     path.write_text(content)
@@ -58,19 +76,22 @@ def test_bad_config_file_is_one_line(tmp_path, content, match):
     assert "\n" not in str(info.value)
 
 
-@pytest.mark.parametrize("changes, flag", [
-    ({"batch_size": 0}, "--batch-size"),
-    ({"total_steps": -1}, "--total-steps"),
-    ({"gamma": 1.0}, "--gamma"),
-    ({"tau": 0.0}, "--tau"),
-    ({"utd": float("nan")}, "--utd"),
-    ({"actor_lr": float("inf")}, "--actor-lr"),
-    ({"batch_size": 512, "buffer_size": 256}, "--batch-size"),
-    ({"hidden_sizes": ()}, "--hidden-sizes"),
-    ({"actor_device": "gpu0"}, "--actor-device"),
-    ({"algo": "ppo"}, "--algo"),
-    ({"env": " "}, "--env"),
-])
+@pytest.mark.parametrize(
+    "changes, flag",
+    [
+        ({"batch_size": 0}, "--batch-size"),
+        ({"total_steps": -1}, "--total-steps"),
+        ({"gamma": 1.0}, "--gamma"),
+        ({"tau": 0.0}, "--tau"),
+        ({"utd": float("nan")}, "--utd"),
+        ({"actor_lr": float("inf")}, "--actor-lr"),
+        ({"batch_size": 512, "buffer_size": 256}, "--batch-size"),
+        ({"hidden_sizes": ()}, "--hidden-sizes"),
+        ({"actor_device": "gpu0"}, "--actor-device"),
+        ({"algo": "ppo"}, "--algo"),
+        ({"env": " "}, "--env"),
+    ],
+)
 def test_invalid_values_raise_one_line_config_error(changes, flag):
     with pytest.raises(ConfigError) as info:
         dataclasses.replace(TrainConfig(), **changes).validate()
@@ -83,8 +104,10 @@ def test_resolve_fills_policy_delay():
     assert dataclasses.replace(TrainConfig(), algo="td3", policy_delay=3).resolve().policy_delay == 3
 
 
-@pytest.mark.parametrize("count, expected", [(0, ("cpu", "cpu")), (1, ("cuda:0", "cuda:0")),
-                                             (2, ("cuda:0", "cuda:1")), (4, ("cuda:0", "cuda:1"))])
+@pytest.mark.parametrize(
+    "count, expected",
+    [(0, ("cpu", "cpu")), (1, ("cuda:0", "cuda:0")), (2, ("cuda:0", "cuda:1")), (4, ("cuda:0", "cuda:1"))],
+)
 def test_auto_devices_follow_gpu_count(count, expected):
     assert resolve_devices("auto", "auto", count=count) == expected
 

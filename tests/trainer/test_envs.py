@@ -34,11 +34,14 @@ def test_discrete_action_space_is_refused():
         make_env("CartPole-v1")
 
 
-@pytest.mark.parametrize("env_id, match", [
-    ("Pendelum-v1", "Did you mean"),
-    ("Pendulum-v9", "v9"),
-    ("no_such_module_xyz:Foo-v0", "cannot import module"),
-])
+@pytest.mark.parametrize(
+    "env_id, match",
+    [
+        ("Pendelum-v1", "Did you mean"),
+        ("Pendulum-v9", "v9"),
+        ("no_such_module_xyz:Foo-v0", "cannot import module"),
+    ],
+)
 def test_unknown_env_is_one_line_env_error(env_id, match):
     with pytest.raises(EnvError, match=match) as info:
         make_env(env_id)

@@ -21,8 +21,17 @@ class Clock:
 
 def test_rates_means_and_eval(tmp_path):
     block, clock, lines = LocalStatsBlock(stats_schema(2)), Clock(), []
-    monitor = Monitor(tmp_path, block.snapshot, {"env": "X", "seed": 1}, total_steps=1000, start_step=500,
-                      tb_interval=1.0, log_interval=1.0, print_fn=lines.append, clock=clock)
+    monitor = Monitor(
+        tmp_path,
+        block.snapshot,
+        {"env": "X", "seed": 1},
+        total_steps=1000,
+        start_step=500,
+        tb_interval=1.0,
+        log_interval=1.0,
+        print_fn=lines.append,
+        clock=clock,
+    )
     s0, s1 = block.role("sampler-0"), block.role("sampler-1")
     critic, actor, ev = block.role("critic-learner"), block.role("actor-learner"), block.role("evaluator")
     s0.add("env_steps", 60)

@@ -10,13 +10,23 @@ import torch
 
 from spreeze_like.checkpoint import list_checkpoints, load_latest
 from spreeze_like.config import TrainConfig
-from spreeze_like.train import train
+from spreeze_like.training import train
 
 from .tb import scalars, text_tags
 
 # Small networks and budgets: these tests check the plumbing, not the learning (test_learning.py).
-TINY = {"serial": True, "hidden_sizes": (32, 32), "batch_size": 32, "learning_starts": 200, "total_steps": 600,
-        "eval_every": 0, "eval_episodes": 2, "log_interval": 0, "tb_interval": 0, "checkpoint_every": 0}
+TINY = {
+    "serial": True,
+    "hidden_sizes": (32, 32),
+    "batch_size": 32,
+    "learning_starts": 200,
+    "total_steps": 600,
+    "eval_every": 0,
+    "eval_episodes": 2,
+    "log_interval": 0,
+    "tb_interval": 0,
+    "checkpoint_every": 0,
+}
 
 
 def tiny(tmp_path, **changes) -> TrainConfig:
@@ -43,8 +53,9 @@ def test_serial_mode_is_deterministic_for_a_seed(tmp_path):
     for role in ("critic-learner", "actor-learner"):
         for name, module in sa[role]["part"]["modules"].items():
             torch.testing.assert_close(flat(module), flat(sb[role]["part"]["modules"][name]), rtol=0, atol=0)
-    assert not torch.equal(flat(sa["actor-learner"]["part"]["modules"]["actor"]),
-                           flat(sc["actor-learner"]["part"]["modules"]["actor"]))
+    assert not torch.equal(
+        flat(sa["actor-learner"]["part"]["modules"]["actor"]), flat(sc["actor-learner"]["part"]["modules"]["actor"])
+    )
     la = scalars(a.run_dir)["losses/qf1_loss"]
     lb = scalars(b.run_dir)["losses/qf1_loss"]
     assert la[-1][1] == lb[-1][1]
@@ -66,10 +77,27 @@ def test_utd_ratio_is_kept_and_logged(tmp_path):
     assert utd[-1][1] == pytest.approx(2.0, rel=0.05)
 
 
-TAGS = ["charts/episodic_return", "charts/episodic_length", "charts/SPS", "losses/qf1_loss", "losses/qf2_loss",
-        "losses/qf1_values", "losses/actor_loss", "losses/alpha", "losses/alpha_loss", "eval/episodic_return",
-        "perf/sample_hz", "perf/update_hz", "perf/update_frames_hz", "perf/utd", "perf/policy_lag",
-        "perf/weight_staleness", "replay/size", "hw/cpu_percent", "hw/mem_used"]
+TAGS = [
+    "charts/episodic_return",
+    "charts/episodic_length",
+    "charts/SPS",
+    "losses/qf1_loss",
+    "losses/qf2_loss",
+    "losses/qf1_values",
+    "losses/actor_loss",
+    "losses/alpha",
+    "losses/alpha_loss",
+    "eval/episodic_return",
+    "perf/sample_hz",
+    "perf/update_hz",
+    "perf/update_frames_hz",
+    "perf/utd",
+    "perf/policy_lag",
+    "perf/weight_staleness",
+    "replay/size",
+    "hw/cpu_percent",
+    "hw/mem_used",
+]
 
 
 def test_tensorboard_holds_the_listed_tags_and_config(tmp_path):
@@ -87,8 +115,7 @@ def test_resume_continues_steps_updates_and_curve(tmp_path):
     first = train(tiny(tmp_path, checkpoint_every=300, eval_every=300), print_fn=lambda line: None)
     assert [p.name for p in list_checkpoints(first.run_dir)] == ["ckpt_0000000300.pt", "ckpt_0000000600.pt"]
     lines: list[str] = []
-    second = train(tiny(tmp_path, resume=str(first.run_dir), total_steps=1000, eval_every=300),
-                   print_fn=lines.append)
+    second = train(tiny(tmp_path, resume=str(first.run_dir), total_steps=1000, eval_every=300), print_fn=lines.append)
     assert second.run_dir == first.run_dir and second.env_steps == 1000
     assert any("resuming at env step 600" in line for line in lines)
     # replay is not checkpointed: learning resumes once learning_starts new transitions are in
@@ -108,3 +135,9 @@ def test_prioritized_replay_weights_the_critic(tmp_path):
     assert result.critic_updates == 301 and np.isfinite(result.final_eval_return)
     weights = [v for _, v in got["replay/is_weight_mean"]]
     assert all(0.0 < w <= 1.0 for w in weights) and min(weights) < 1.0  # priorities differ: weights < 1
+
+
+def test_stop_at_return_ends_the_run_at_the_first_good_evaluation(tmp_path):
+    result = train(tiny(tmp_path, eval_every=300, stop_at_return=-1e9), print_fn=lambda line: None)
+    assert result.stopped_early and result.env_steps == 300
+    assert [e[0] for e in result.evals] == [300] and result.evals[0][2] > 0

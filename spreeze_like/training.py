@@ -1,5 +1,8 @@
 """``spreeze_like.train(config)``: the Python entry point, the same run as the CLI.
 
+(The module is ``training``, not ``train``, so that the package attribute ``spreeze_like.train``
+stays the function: importing a submodule named ``train`` would replace it with the module.)
+
 It resolves the config (``auto`` devices and delays), prepares the run folder (new, or reopened on
 ``resume``), and runs either the serial mode or the parallel mode. The parallel mode lives in
 ``spreeze_like.supervisor.run_parallel(config, context)``; until that module exists a non-serial
@@ -13,14 +16,33 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
+from pathlib import Path
 
 from spreeze_like.config import TrainConfig
 from spreeze_like.envs import env_info
 from spreeze_like.errors import ConfigError
 from spreeze_like.rundir import RunContext, prepare_run
-from spreeze_like.serial import TrainResult, run_serial
 
 __all__ = ["TrainResult", "parallel_entry", "train"]
+
+
+@dataclass
+class TrainResult:
+    """What a finished run reports (``spreeze_like.train`` returns it; the CLI prints it)."""
+
+    run_dir: Path
+    env_steps: int
+    critic_updates: int
+    actor_updates: int
+    episodes: int
+    final_eval_return: float
+    final_eval_returns: tuple[float, ...]
+    # (env step, mean eval return, wall seconds since this session started) of every evaluation
+    evals: list[tuple[int, float, float]] = field(default_factory=list)
+    stopped_early: bool = False  # an evaluation reached config.stop_at_return
+    wall_s: float = 0.0
+    mode: str = "serial"
 
 
 def parallel_entry() -> Callable[[TrainConfig, RunContext], TrainResult] | None:
@@ -34,8 +56,12 @@ def parallel_entry() -> Callable[[TrainConfig, RunContext], TrainResult] | None:
     return run_parallel
 
 
-def train(config: TrainConfig | None = None, print_fn: Callable[[str], None] = print,
-          explicit: Collection[str] | None = None, **overrides: object) -> TrainResult:
+def train(
+    config: TrainConfig | None = None,
+    print_fn: Callable[[str], None] = print,
+    explicit: Collection[str] | None = None,
+    **overrides: object,
+) -> TrainResult:
     """Train an agent and return the final evaluation, run folder and counters.
 
     Args:
@@ -70,9 +96,13 @@ def train(config: TrainConfig | None = None, print_fn: Callable[[str], None] = p
         from spreeze_like.autotune.apply import save_plan
 
         save_plan(plan, context.run_dir)
-    print_fn(f"[spreeze] {config.algo} on {config.env}, {'serial' if config.serial else 'parallel'} mode, "
-             f"actor on {config.actor_device}, critic on {config.critic_device}; run folder {context.run_dir}"
-             + (f" (resuming at env step {context.start_step:,})" if context.payload else ""))
+    print_fn(
+        f"[spreeze] {config.algo} on {config.env}, {'serial' if config.serial else 'parallel'} mode, "
+        f"actor on {config.actor_device}, critic on {config.critic_device}; run folder {context.run_dir}"
+        + (f" (resuming at env step {context.start_step:,})" if context.payload else "")
+    )
     if run is None:
+        from spreeze_like.serial import run_serial
+
         return run_serial(config, context, print_fn)
     return run(config, context)

@@ -1,0 +1,67 @@
+"""The run folder's ``status.json`` (written by the supervisor) and the evaluation history file.
+
+``status.json`` tells users and tools what a parallel run is doing without attaching to shared
+memory: the supervisor's pid and state (``starting``, ``running``, ``finishing``, ``stopping``,
+``exiting``, then ``finished``, ``interrupted`` or ``failed``), the global env step, the newest
+checkpoint, a failure message, and per role its pid, process state (``alive``, ``restarting``,
+``exited``), restarts, exit description, the state word of its stats row (``starting``, ``running``,
+``waiting``, ``done``) and its heartbeat age. The last write of a run adds every role's final
+counters (``counters``), which ``tools/bench_learner_rate.py`` reads. It is rewritten atomically
+(tmp file and rename), at most once a second; a failed write (a full disk) is ignored, since the
+file is for people and tools, not for the run.
+
+``evals.jsonl`` is written by the evaluator (see :mod:`spreeze_like.procs.evaluator_proc`); the
+helpers here read it back for the supervisor.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from spreeze_like.procs.children import RoleProcess, describe_exit
+from spreeze_like.procs.control import STATE_NAMES
+from spreeze_like.procs.evaluator_proc import EVALS_FILE, read_results
+from spreeze_like.rundir import write_json_atomic
+
+STATUS_FILE = "status.json"
+
+
+def write_status(run_dir: Path, run_id: str, state: str, env_steps: int, total_steps: int, last_checkpoint: Any,
+                 failure: str | None, children: dict[str, RoleProcess], snap: dict[str, dict[str, float]],
+                 final: bool = False) -> None:
+    """Write ``<run_dir>/status.json`` (see the module docstring); ``final`` adds the counters."""
+    roles = {}
+    for role, child in children.items():
+        row = snap.get(role, {})
+        roles[role] = {
+            "pid": child.pid, "process": child.state(), "restarts": child.restarts,
+            "exit": describe_exit(child.last_exit) if child.last_exit is not None else None,
+            "state": STATE_NAMES.get(int(row.get("state", 0)), "?") if row else None,
+            "heartbeat_age_s": round(row["heartbeat_age_s"], 3) if row else None,
+        }
+    status: dict[str, Any] = {
+        "run_id": run_id, "supervisor_pid": os.getpid(), "state": state, "env_steps": env_steps,
+        "total_steps": total_steps, "last_checkpoint": str(last_checkpoint) if last_checkpoint else None,
+        "failure": failure, "roles": roles, "updated_at": time.time(),
+    }
+    if final and snap:
+        status["counters"] = {r: {k: v for k, v in row.items() if k != "heartbeat_age_s"} for r, row in snap.items()}
+    try:
+        write_json_atomic(run_dir / STATUS_FILE, status)
+    except OSError:
+        pass  # for people and tools only: a full disk must not stop training
+
+
+def eval_history(run_dir: Path) -> list[tuple[int, float, float]]:
+    """(env step, mean return, wall seconds into its session) of every evaluation of the run."""
+    return [(int(r["env_step"]), float(r["mean_return"]), float(r.get("wall_s", 0.0))) for r in read_results(run_dir)]
+
+
+def trim_eval_history(run_dir: Path, up_to_step: int) -> None:
+    """On resume: keep only the evaluations up to the checkpoint's step (later ones are not in its curve)."""
+    kept = [r for r in read_results(run_dir) if r["env_step"] <= up_to_step]
+    (run_dir / EVALS_FILE).write_text("".join(json.dumps(r) + "\n" for r in kept))

@@ -1,0 +1,122 @@
+"""Build each role from a resolved TrainConfig plus its ports: one wiring for both modes.
+
+The serial mode (``spreeze_like.serial``) calls these with in-process ports; a parallel-mode process
+entry calls the same function with the shared-memory ports it attached, after setting its torch
+threads (samplers: 1). Every argument that crosses a process boundary (the config, the
+:class:`~spreeze_like.algos.base.AlgoSpec`) is a picklable dataclass.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from spreeze_like.algos.base import AlgoSpec
+from spreeze_like.config import TrainConfig
+from spreeze_like.envs import env_info
+from spreeze_like.roles.actor_learner import ActorLearner
+from spreeze_like.roles.critic_learner import CriticLearner
+from spreeze_like.roles.evaluator import Evaluator
+from spreeze_like.roles.ports import ReplaySampler, StatsWriter, TransitionSink, WeightsSink, WeightsSource
+from spreeze_like.roles.sampler import SamplerWorker, random_steps_per_sampler
+from spreeze_like.seeding import derive_seed
+
+
+def algo_spec(config: TrainConfig) -> AlgoSpec:
+    """The algorithm spec for a resolved config (makes one env to read its sizes)."""
+    info = env_info(config.env)
+    return AlgoSpec.from_config(config, info.obs_dim, info.act_dim)
+
+
+def sampler(
+    config: TrainConfig,
+    spec: AlgoSpec,
+    index: int,
+    sink: TransitionSink,
+    weights: WeightsSource,
+    stats: StatsWriter,
+    generation: int = 0,
+) -> SamplerWorker:
+    """Role ``sampler-<index>``."""
+    random_steps = random_steps_per_sampler(config.learning_starts, config.samplers)
+    return SamplerWorker(
+        config.env, spec, index, config.envs_per_sampler, random_steps, sink, weights, stats, generation=generation
+    )
+
+
+def critic_learner(
+    config: TrainConfig,
+    spec: AlgoSpec,
+    replay: ReplaySampler,
+    actor_source: WeightsSource,
+    critic_sink: WeightsSink,
+    stats: StatsWriter,
+) -> CriticLearner:
+    """Role ``critic-learner`` on ``config.critic_device``."""
+    return CriticLearner(
+        spec,
+        config.critic_device,
+        replay,
+        actor_source,
+        critic_sink,
+        stats,
+        config.batch_size,
+        config.weight_sync_period,
+        config.prioritized,
+    )
+
+
+def actor_learner(
+    config: TrainConfig,
+    spec: AlgoSpec,
+    replay: ReplaySampler,
+    critic_source: WeightsSource,
+    actor_sink: WeightsSink,
+    stats: StatsWriter,
+) -> ActorLearner:
+    """Role ``actor-learner`` on ``config.actor_device``."""
+    return ActorLearner(
+        spec,
+        config.actor_device,
+        replay,
+        critic_source,
+        actor_sink,
+        stats,
+        config.batch_size,
+        config.weight_sync_period,
+    )
+
+
+def evaluator(config: TrainConfig, spec: AlgoSpec, weights: WeightsSource, stats: StatsWriter) -> Evaluator:
+    """Role ``evaluator``."""
+    return Evaluator(config.env, spec, weights, stats, config.eval_episodes)
+
+
+def replay_samplers(config: TrainConfig, storage: Any, tree: Any = None) -> tuple[Any, Any]:
+    """(critic sampler, actor sampler) over a replay storage (local or shared memory).
+
+    The critic's sampler is prioritized when ``config.prioritized`` (then ``tree``, a
+    ``replay.SumTree`` over the same slots, is required) and is also the one that inserts, so new
+    rows get the maximal priority. The actor always samples uniformly (see roles/actor_learner.py).
+    Each sampler has its own seeded stream.
+    """
+    from spreeze_like.replay import PrioritizedConfig, PrioritizedSampler, UniformSampler
+
+    actor = UniformSampler(storage, seed=derive_seed(config.seed, "replay/actor"))
+    critic_seed = derive_seed(config.seed, "replay/critic")
+    if not config.prioritized:
+        return UniformSampler(storage, seed=critic_seed), actor
+    if tree is None:
+        raise ValueError("prioritized replay needs a sum tree over the storage's slots")
+    # beta goes from priority_beta to 1 over the critic updates the run will make
+    expected_updates = max(1, int((config.total_steps - config.learning_starts) * config.utd))
+    per = PrioritizedConfig(alpha=config.priority_alpha, beta0=config.priority_beta, beta_steps=expected_updates)
+    return PrioritizedSampler(storage, tree, per, seed=critic_seed), actor
+
+
+def local_replay(config: TrainConfig, obs_dim: int, act_dim: int) -> tuple[Any, Any, Any]:
+    """(storage, critic sampler, actor sampler) in this process's memory (the serial mode)."""
+    from spreeze_like.replay import ReplayStorage, SumTree
+
+    storage = ReplayStorage.local(config.buffer_size, obs_dim, act_dim)
+    tree = SumTree.local(config.buffer_size) if config.prioritized else None
+    return (storage, *replay_samplers(config, storage, tree))

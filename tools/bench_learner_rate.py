@@ -1,0 +1,191 @@
+"""Critic-learner update rate: the update loop alone vs the same loop inside a parallel run.
+
+Issue 4's acceptance: during a run the critic learner's update rate is >= 90 % of the same update
+loop alone on the same machine and device (the data path never starves it). In one invocation:
+
+1. **alone**: a spawned process (same torch threads as the critic learner) runs
+   ``CriticLearner.update()`` over a local replay filled with random transitions; its actor source
+   publishes a new version before every update, as the actor learner does in a run, so the
+   alone loop also copies the actor weights in every update.
+2. **in run**: ``spreeze_like.train`` in parallel mode with the same network, batch and device,
+   once per feeder mode (``SPREEZE_FEEDER=inline|thread``). The rate is the critic's updates over
+   its learning window (first to last update, from the final counters in ``status.json``).
+3. **alone** again, so that a drift of the machine's load shows up.
+
+Reported per run: the rate and its ratio to the median alone rate (the acceptance figure), and
+where the critic's time went (inside ``update()``, draining rings, waiting for data, waiting for
+the actor) plus the share of a core its process got. On a machine with fewer free cores than busy
+processes the wall-clock ratio also measures CPU contention, not only the data path, so a second
+ratio compares updates per CPU-second of the critic process (feeder included) with the alone
+loop's: it is what the data path costs in work, whatever the scheduler does.
+
+    python tools/bench_learner_rate.py                       # Pendulum-v1, 256x256, batch 256, CPU
+    python tools/bench_learner_rate.py --total-steps 20000 --batch-size 1024 --device cuda:0
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import multiprocessing
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+class _PublishingSource:
+    """A weights source that has a new version at every look, as a busy actor learner's board has."""
+
+    def __init__(self, vector: np.ndarray) -> None:
+        self.vector, self.v = vector, 0
+
+    def version(self) -> int:
+        self.v += 1
+        return self.v
+
+    def read(self, out: np.ndarray) -> int:
+        out[...] = self.vector
+        return self.v
+
+
+def _alone(config_dict: dict, seconds: float, warmup: int, queue: multiprocessing.Queue) -> None:
+    import torch
+
+    from spreeze_like.algos.base import AlgoSpec
+    from spreeze_like.algos.networks import get_flat
+    from spreeze_like.config import TrainConfig
+    from spreeze_like.envs import env_info
+    from spreeze_like.metrics import stats_schema
+    from spreeze_like.replay import ReplayStorage, UniformSampler
+    from spreeze_like.roles.critic_learner import CriticLearner
+    from spreeze_like.roles.ports import LocalBoard, LocalStatsBlock
+
+    config = TrainConfig.from_dict(config_dict)
+    torch.set_num_threads(config.torch_threads)
+    info = env_info(config.env)
+    spec = AlgoSpec.from_config(config, info.obs_dim, info.act_dim)
+    n = max(10 * config.batch_size, 10_000)
+    rng = np.random.default_rng(0)
+    storage = ReplayStorage.local(n, info.obs_dim, info.act_dim)
+    storage.add(rng.normal(size=(n, info.obs_dim)), rng.uniform(-1, 1, (n, info.act_dim)), rng.normal(size=n),
+                rng.normal(size=(n, info.obs_dim)), np.zeros(n))
+    stats = LocalStatsBlock(stats_schema(1))
+    critic = CriticLearner(spec, config.critic_device, UniformSampler(storage, seed=0),
+                           LocalBoard(), LocalBoard(), stats.role("critic-learner"), config.batch_size,
+                           config.weight_sync_period, config.prioritized)
+    critic.actor_source = _PublishingSource(get_flat([critic.part.actor]))
+    for _ in range(warmup):
+        critic.update()
+    t0, cpu0, updates = time.perf_counter(), time.process_time(), 0
+    while time.perf_counter() - t0 < seconds:
+        critic.update()
+        updates += 1
+    wall = time.perf_counter() - t0
+    cpu = time.process_time() - cpu0
+    queue.put({"updates": updates, "wall_s": wall, "rate": updates / wall, "cpu_share": cpu / wall,
+               "rate_per_cpu_s": updates / cpu})
+
+
+def measure_alone(config, seconds: float) -> dict:
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=_alone, args=(config.to_dict(), seconds, 30, queue))
+    proc.start()
+    result = queue.get(timeout=seconds + 600)
+    proc.join()
+    return result
+
+
+def measure_run(config, feeder: str) -> dict:
+    from spreeze_like.training import train
+
+    os.environ["SPREEZE_FEEDER"] = feeder
+    try:
+        result = train(config, print_fn=lambda line: None)
+    finally:
+        os.environ.pop("SPREEZE_FEEDER", None)
+    counters = json.loads((Path(result.run_dir) / "status.json").read_text())["counters"]
+    c = counters["critic-learner"]
+    window = c["learn_t1"] - c["learn_t0"]
+    updates = result.critic_updates
+    return {
+        "feeder": feeder, "updates": updates, "window_s": window, "rate": (updates - 1) / window,
+        "update_frac": c["update_s"] / window, "drain_frac": c["drain_s"] / window,
+        "data_wait_frac": c["data_wait_s"] / window, "actor_wait_frac": c["actor_wait_s"] / window,
+        "cpu_share": c["learn_cpu_s"] / window, "rate_per_cpu_s": (updates - 1) / c["learn_cpu_s"],
+        "drained_rows": c["drained_rows"], "drain_us_per_row": 1e6 * c["drain_s"] / max(1.0, c["drained_rows"]),
+        "env_steps": result.env_steps, "wall_s": result.wall_s, "final_eval": result.final_eval_return,
+        "run_dir": str(result.run_dir),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="Pendulum-v1")
+    parser.add_argument("--total-steps", type=int, default=6000, help="env steps of each parallel run")
+    parser.add_argument("--learning-starts", type=int, default=1000)
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--hidden-sizes", type=int, nargs="+", default=[256, 256])
+    parser.add_argument("--device", default="cpu", help="critic and actor device")
+    parser.add_argument("--samplers", type=int, default=1)
+    parser.add_argument("--alone-seconds", type=float, default=20.0)
+    parser.add_argument("--feeders", nargs="+", default=["inline", "thread"], choices=["inline", "thread"])
+    parser.add_argument("--repeats", type=int, default=1, help="rounds of (runs, alone), for medians")
+    parser.add_argument("--json", default="", help="also write the results to this file")
+    args = parser.parse_args(argv)
+
+    from spreeze_like.config import TrainConfig
+
+    logdir = tempfile.mkdtemp(prefix="bench_learner_rate_")
+    config = dataclasses.replace(
+        TrainConfig(), env=args.env, total_steps=args.total_steps, learning_starts=args.learning_starts,
+        batch_size=args.batch_size, hidden_sizes=tuple(args.hidden_sizes), actor_device=args.device,
+        critic_device=args.device, samplers=args.samplers, eval_every=0, eval_episodes=2, log_interval=0,
+        checkpoint_every=0, logdir=logdir, buffer_size=max(100_000, args.total_steps)).resolve()
+    load0 = os.getloadavg()
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')}  cpus={os.cpu_count()}  load={load0[0]:.2f},{load0[1]:.2f}  "
+          f"{config.env} hidden={config.hidden_sizes} batch={config.batch_size} device={config.critic_device} "
+          f"samplers={config.samplers}", flush=True)
+    alone, runs = [], []
+
+    def run_alone(label: str) -> None:
+        a = measure_alone(config, args.alone_seconds)
+        alone.append(a)
+        print(f"{label:15s} {a['rate']:8.1f} updates/s  (cpu share {a['cpu_share']:.2f}, "
+              f"{a['rate_per_cpu_s']:.1f} updates per cpu-s)", flush=True)
+
+    run_alone("alone:")
+    for _ in range(args.repeats):
+        for feeder in args.feeders:
+            r = measure_run(config, feeder)
+            runs.append(r)
+            print(f"in run ({feeder:6s}): {r['rate']:8.1f} updates/s over {r['window_s']:.0f} s; time: update "
+                  f"{r['update_frac']:.0%}, drain {r['drain_frac']:.1%} ({r['drain_us_per_row']:.1f} us/row), wait "
+                  f"data {r['data_wait_frac']:.1%}, wait actor {r['actor_wait_frac']:.1%}; cpu share "
+                  f"{r['cpu_share']:.2f} ({r['rate_per_cpu_s']:.1f} updates per cpu-s); final eval {r['final_eval']:.0f}",
+                  flush=True)
+        run_alone("alone (again):")
+    base = statistics.median(a["rate"] for a in alone)
+    base_cpu = statistics.median(a["rate_per_cpu_s"] for a in alone)
+    for feeder in args.feeders:
+        mine = [r for r in runs if r["feeder"] == feeder]
+        for r in mine:
+            r["ratio"], r["cpu_ratio"] = r["rate"] / base, r["rate_per_cpu_s"] / base_cpu
+        print(f"median ratio in run / alone ({feeder}): wall {statistics.median(r['ratio'] for r in mine):.2f}   "
+              f"per cpu-second {statistics.median(r['cpu_ratio'] for r in mine):.2f}   "
+              f"(alone median {base:.1f} updates/s, {base_cpu:.1f} per cpu-s)")
+    load1 = os.getloadavg()
+    print(f"# load after: {load1[0]:.2f},{load1[1]:.2f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"alone": alone, "runs": runs, "load": [load0, load1]}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
