@@ -202,7 +202,8 @@ def report(results: dict[str, Any]) -> None:
     for env_id, r in results["envs"].items():
         zero = r["random_return"]
         ok = {k: c for k, c in r["grid"].items() if "error" not in c}
-        best_ret = max(c["return"] for c in ok.values())
+        # a run with no finished episode before the deadline has no return (nan): it cannot be the best
+        best_ret = max((c["return"] for c in ok.values() if c["return"] == c["return"]), default=float("nan"))
         best_fr = max(c["update_frames_hz"] for c in ok.values())
 
         def score(c: dict[str, Any], zero: float = zero, best_ret: float = best_ret) -> float:

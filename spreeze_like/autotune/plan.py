@@ -98,8 +98,7 @@ class Plan:
         lines = [f"autotune plan for {self.env_id} on {self.fingerprint}:"]
         for name, c in self.choices.items():
             flag = "--" + name.replace("_", "-")
-            who = "  [your flag]" if c.source == "user" else ""
-            lines.append(f"  {flag:<20} {_show(c.value):<10} {c.reason}{who}")
+            lines.append(f"  {flag:<20} {_show(c.value):<10} {c.reason}")
         p = self.predicted
         if p:
             lines.append(f"  expected: {p.get('sample_hz', 0):,.0f} env steps/s, {p.get('update_hz', 0):,.1f} critic "
