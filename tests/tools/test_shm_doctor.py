@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _doctor(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ROOT / "tools" / "shm_doctor.py"), *args],
-                          capture_output=True, text=True, timeout=60)
+                          capture_output=True, text=True, timeout=60, check=False)
 
 
 def test_lists_and_cleans_only_dead_creators(tmp_path):
