@@ -18,4 +18,4 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised by a subprocess test
     raise ImportError(REBUILD_HINT) from exc
 
-__all__ = ["_native", "REBUILD_HINT"]
+__all__ = ["REBUILD_HINT", "_native"]

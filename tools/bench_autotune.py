@@ -7,6 +7,10 @@ the same wall time (``--wall`` seconds from process start to Ctrl-C):
 * the **autotuned** run: ``--autotune`` (probe results cached beforehand, so probing is not timed);
 * the **defaults**: no setting flags at all.
 
+With ``--rounds N`` every configuration runs N times, in a shuffled order per round, and the table
+shows medians: on a shared machine the load drifts over a benchmark of this length, and a fixed
+order would hand that drift to whichever configuration runs last.
+
 Every run is ``python -m spreeze_like.run`` in a subprocess with a huge ``--total-steps``, stopped with
 SIGINT at the wall time (both modes stop cleanly on it). It reads the run's TensorBoard events:
 
@@ -31,6 +35,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import signal
 import statistics
 import subprocess
@@ -123,52 +128,82 @@ def main() -> None:
     parser.add_argument("--wall", type=float, default=120.0, help="seconds per run (default 120)")
     parser.add_argument("--samplers", type=int, nargs="+", default=None, help="default: 1..usable cores")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[256, 512, 1024, 2048, 4096])
+    parser.add_argument("--cells", nargs="+", default=None, metavar="S:B",
+                        help="only these grid cells (samplers:batch), e.g. 2:256 2:2048, instead of the full grid")
+    parser.add_argument("--rounds", type=int, default=1,
+                        help="run every configuration this many times, in a shuffled order per round, and report "
+                             "medians (a shared machine's load drifts over a long benchmark)")
     parser.add_argument("--out", default="", help="output folder (default runs/bench_autotune__<unixtime>)")
     parser.add_argument("--quick", action="store_true", help="smoke test: Pendulum, 2 cells, 60 s each")
+    parser.add_argument("--report", default="", metavar="RESULTS_JSON", help="only print the table of a past run")
     args = parser.parse_args()
+    if args.report:
+        report(json.loads(Path(args.report).read_text()))
+        return
     from spreeze_like.autotune.hardware import usable_cores
 
     cores = usable_cores()
-    samplers = args.samplers or list(range(1, cores + 1))
-    batches = args.batch_sizes
+    grid = [(s, b) for s in (args.samplers or range(1, cores + 1)) for b in args.batch_sizes]
+    if args.cells:
+        grid = [tuple(int(x) for x in c.split(":")) for c in args.cells]
     if args.quick:
-        args.envs, args.wall, samplers, batches = ["Pendulum-v1"], 60.0, [1], [256, 1024]
+        args.envs, args.wall, grid = ["Pendulum-v1"], 60.0, [(1, 256), (1, 1024)]
     out = Path(args.out or f"runs/bench_autotune__{int(time.time())}")
     out.mkdir(parents=True, exist_ok=True)
     xdg = os.environ.get("XDG_CACHE_HOME", "")
-    results: dict[str, Any] = {"wall_s": args.wall, "cores": cores, "load_before": os.getloadavg(), "envs": {}}
+    results: dict[str, Any] = {"wall_s": args.wall, "cores": cores, "rounds": args.rounds,
+                               "load_before": os.getloadavg(), "envs": {}}
     for env_id in args.envs:
         plan = subprocess.run([*RUN, "--env", env_id, "--plan-only"], capture_output=True, text=True, check=True,
                               env={**os.environ, "XDG_CACHE_HOME": xdg})  # probes now (cached), not in the timed run
         print(plan.stdout, flush=True)
-        r_random = random_return(env_id)
-        cells: dict[str, dict[str, Any]] = {}
-        for s in samplers:
-            for b in batches:
-                name = f"samplers={s} batch={b}"
-                cells[name] = run_cell(env_id, ["--samplers", str(s), "--batch-size", str(b)], args.wall,
-                                       out / env_id / f"s{s}_b{b}", xdg)
-                print(f"{env_id} {name}: {cells[name]}", flush=True)
-        auto = run_cell(env_id, ["--autotune"], args.wall, out / env_id / "autotuned", xdg)
-        print(f"{env_id} autotuned: {auto}", flush=True)
-        default = run_cell(env_id, [], args.wall, out / env_id / "defaults", xdg)
-        print(f"{env_id} defaults: {default}", flush=True)
-        results["envs"][env_id] = {"random_return": r_random, "grid": cells, "autotuned": auto, "defaults": default,
-                                   "plan": plan.stdout}
+        configs = {f"samplers={s} batch={b}": ["--samplers", str(s), "--batch-size", str(b)] for s, b in grid}
+        configs.update(autotuned=["--autotune"], defaults=[])
+        runs: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
+        for r in range(args.rounds):
+            order = list(configs)
+            random.Random(r).shuffle(order)  # so that a drifting load hits no configuration systematically
+            for name in order:
+                cell = run_cell(env_id, configs[name], args.wall, out / env_id / f"round{r}" / _slug(name), xdg)
+                cell["load"] = os.getloadavg()[0]
+                runs[name].append(cell)
+                print(f"{env_id} round {r} {name}: {cell}", flush=True)
+        merged = {name: _median(cells) for name, cells in runs.items()}
+        results["envs"][env_id] = {"random_return": random_return(env_id), "plan": plan.stdout, "runs": runs,
+                                   "grid": {k: v for k, v in merged.items() if k not in ("autotuned", "defaults")},
+                                   "autotuned": merged["autotuned"], "defaults": merged["defaults"]}
     results["load_after"] = os.getloadavg()
     report(results)
     (out / "results.json").write_text(json.dumps(results, indent=2))
     print(f"\nresults: {out / 'results.json'}")
 
 
+def _slug(name: str) -> str:
+    return name.replace("samplers=", "s").replace(" batch=", "_b")
+
+
+def _median(cells: list[dict[str, Any]]) -> dict[str, Any]:
+    """One configuration's runs as one row: median return and frames/s (the first run's settings)."""
+    ok = [c for c in cells if "error" not in c]
+    if not ok:
+        return cells[0]
+    row = dict(ok[0])
+    for key in ("return", "update_frames_hz", "env_steps", "load"):
+        row[key] = statistics.median(c[key] for c in ok)
+    row["env_steps"] = int(row["env_steps"])
+    return row
+
+
 def report(results: dict[str, Any]) -> None:
     """Print the table and the acceptance lines."""
-    print(f"\nautotune benchmark: {results['wall_s']:.0f} s per run, {results['cores']} cores, load average "
+    print(f"\nautotune benchmark: {results['wall_s']:.0f} s per run, {results.get('rounds', 1)} round(s) (medians), "
+          f"{results['cores']} cores, load average "
           f"{results['load_before'][0]:.1f} before, {results['load_after'][0]:.1f} after")
     for env_id, r in results["envs"].items():
         zero = r["random_return"]
         ok = {k: c for k, c in r["grid"].items() if "error" not in c}
-        best_ret = max(c["return"] for c in ok.values())
+        # a run with no finished episode before the deadline has no return (nan): it cannot be the best
+        best_ret = max((c["return"] for c in ok.values() if c["return"] == c["return"]), default=float("nan"))
         best_fr = max(c["update_frames_hz"] for c in ok.values())
 
         def score(c: dict[str, Any], zero: float = zero, best_ret: float = best_ret) -> float:
@@ -176,7 +211,7 @@ def report(results: dict[str, Any]) -> None:
 
         print(f"\n{env_id} (random policy {zero:,.1f})")
         print(f"  {'run':<26}{'mode':>9}{'samplers':>9}{'batch':>7}{'env steps':>11}{'return':>10}{'progress':>9}"
-              f"{'frames/s':>11}")
+              f"{'frames/s':>11}{'load':>6}")
         rows = [*ok.items(), ("autotuned", r["autotuned"]), ("defaults", r["defaults"])]
         for name, c in rows:
             if "error" in c:
@@ -184,7 +219,7 @@ def report(results: dict[str, Any]) -> None:
                 continue
             mode = "serial" if c["serial"] else "parallel"
             print(f"  {name:<26}{mode:>9}{c['samplers']:>9}{c['batch_size']:>7}{c['env_steps']:>11,}"
-                  f"{c['return']:>10,.1f}{score(c):>9.0%}{c['update_frames_hz']:>11,.0f}")
+                  f"{c['return']:>10,.1f}{score(c):>9.0%}{c['update_frames_hz']:>11,.0f}{c.get('load', 0):>6.1f}")
         a, d = r["autotuned"], r["defaults"]
         if "error" in a or "error" in d or best_fr <= 0:
             print("  (no comparison: a run failed or no cell made an update within the wall time)")

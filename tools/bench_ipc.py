@@ -147,6 +147,8 @@ def _run_pair(kind: str, per_write: int, n: int) -> tuple[float, float]:
         return got / seconds, consumer_cpu + reports["producer"][0]
     finally:
         for p in procs:
+            if p.pid is None:  # never started
+                continue
             if p.is_alive():
                 p.kill()
             p.join(10)

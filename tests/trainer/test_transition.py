@@ -32,3 +32,25 @@ def test_finite_mask():
     rows[1, 2] = np.nan
     rows[2, 0] = np.inf
     np.testing.assert_array_equal(finite_rows(rows), [True, False, False])
+
+
+def test_replay_writer_puts_rows_into_replay_columns():
+    from spreeze_like.metrics import stats_schema
+    from spreeze_like.replay import ReplayStorage, UniformSampler
+    from spreeze_like.roles.ports import LocalStatsBlock
+    from spreeze_like.roles.replay_writer import ReplayWriter
+
+    layout = TransitionLayout(obs_dim=2, act_dim=1)
+    storage = ReplayStorage.local(8, 2, 1)
+    stats = LocalStatsBlock(stats_schema(1)).role("replay")
+    writer = ReplayWriter(UniformSampler(storage, seed=0), layout, stats)
+    obs = np.arange(10, dtype=np.float32).reshape(5, 2)
+    rows = layout.pack(obs, -np.ones((5, 1)), np.arange(5), obs + 100, [0, 0, 1, 0, 0], [0, 0, 0, 0, 1])
+    writer.write(rows)
+    writer.write(rows[:0])  # an empty write is fine
+    assert writer.size == 5 and stats.get("inserted") == 5 and stats.get("size") == 5
+    got = storage.gather(np.arange(5))
+    np.testing.assert_array_equal(got.obs, obs)
+    np.testing.assert_array_equal(got.next_obs, obs + 100)
+    np.testing.assert_array_equal(got.reward, np.arange(5))
+    np.testing.assert_array_equal(got.terminated, [0, 0, 1, 0, 0])

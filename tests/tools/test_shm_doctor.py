@@ -1,0 +1,40 @@
+"""tools/shm_doctor.py lists our entries and removes only those whose creator is dead."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _doctor(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "shm_doctor.py"), *args],
+                          capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_lists_and_cleans_only_dead_creators(tmp_path):
+    # a private directory standing in for /dev/shm, so a concurrent run on this machine is untouched
+    dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                              capture_output=True, text=True, check=True).stdout.strip()
+    dead = f"spz.abcd1234.{dead_pid}.ring.0"
+    live = f"spz.abcd1234.{os.getpid()}.ring.1"
+    for name in (dead, live, "unrelated.file"):
+        (tmp_path / name).write_bytes(b"x" * 1024)
+
+    listing = _doctor("--shm-dir", str(tmp_path))
+    assert listing.returncode == 0, listing.stderr
+    assert dead in listing.stdout and live in listing.stdout and "unrelated" not in listing.stdout
+    assert "1 leftover entry" in listing.stdout
+
+    cleaned = _doctor("--shm-dir", str(tmp_path), "--clean")
+    assert cleaned.returncode == 0, cleaned.stderr
+    assert "removed 1 leftover entry" in cleaned.stdout
+    assert sorted(os.listdir(tmp_path)) == sorted([live, "unrelated.file"])
+
+
+def test_empty_directory(tmp_path):
+    out = _doctor("--shm-dir", str(tmp_path))
+    assert out.returncode == 0 and "nothing of ours" in out.stdout

@@ -1,0 +1,490 @@
+"""Learning speed of spreeze_like vs Stable-Baselines3 SAC: same env, same seeds, same machine, one run.
+
+    python tools/bench_vs_sb3.py --env Pendulum-v1 --seeds 1 2                       # parallel mode vs SB3
+    python tools/bench_vs_sb3.py --env Pendulum-v1 --seeds 1 2 --serial              # serial mode vs SB3
+    python tools/bench_vs_sb3.py --env Pendulum-v1 --seeds 1 2 --serial --parallel   # both modes vs SB3
+    python tools/bench_vs_sb3.py --env HalfCheetah-v5 --seeds 1 2 --total-steps 200000 --wall-budget 1800
+    python tools/bench_vs_sb3.py --total-steps 600 --seeds 1 --skip-sb3              # smoke (the test runs this)
+
+For each seed it trains ours (``spreeze_like.train``) and then SB3 SAC, one after the other.
+
+**One definition of "training return" for both.** Both train on the same env id,
+``bench_vs_sb3:SpzBench/Recorded-v0``: the base env (``--env``) inside a wrapper that appends every
+finished episode (end wall time, return, length) to a CSV file (one per env instance) in a scratch
+folder. Our samplers make it through the ``module:EnvId`` entry point, SB3 through ``gym.make``,
+so the same code records both. Our evaluator's envs are told apart by the module that makes them
+(``spreeze_like/roles/evaluator.py`` on the stack) and recorded as evaluation episodes. The training
+return at an episode's end is the mean of the last ``--window`` finished training episodes.
+
+**Evaluations.** Ours: its own evaluator, every ``--eval-every`` env steps, ``--eval-episodes``
+deterministic episodes; in the parallel mode it runs beside the training in its own process, so its
+cost is inside our wall clock. SB3: a callback that runs the same number of deterministic episodes
+every ``--eval-every`` env steps on a separate (unrecorded) env; the time it takes is *subtracted*
+from SB3's wall clock (in SB3's favour). Wall clocks start just before ``train()`` / ``SAC(...)``
+(process start-up, env creation and network construction count for both).
+
+**Hyperparameters.** Identical: MLPs 256-256, gamma 0.99, tau 0.005, batch 256, 1M replay,
+``learning_starts`` (Pendulum 1,000; MuJoCo 10,000 as in rl-zoo), train_freq 1 / gradient_steps 1
+(UTD 1), automatic entropy tuning from alpha 1 with target -act_dim. Learning rates: ours keeps its
+defaults (actor 3e-4, critic 1e-3, alpha 1e-3); SB3 has one rate for all three and gets rl-zoo's
+tuned value (Pendulum-v1 1e-3, MuJoCo 3e-4; ``--sb3-lr``). Threads: 1 torch thread per process for
+both (ours' default; ``--sb3-threads 0`` gives SB3 torch's default, 2 here, which on a loaded 2-core
+machine was far slower: 2.3 updates/s in a smoke run at load 7-11).
+
+Reports per seed and the median over seeds: wall time until the training return first reaches
+``--threshold-train``, wall time (and env step) of the first evaluation reaching ``--threshold-eval``,
+the training and evaluation return at a fixed wall time (``--fixed-wall``, default the shortest run),
+env steps/s and updates/s, and the ratios ours/SB3. The machine load is printed before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import dataclasses
+import json
+import math
+import os
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import gymnasium as gym
+
+EPISODE_DIR_VAR = "SPZ_BENCH_EPISODE_DIR"
+BASE_ENV_VAR = "SPZ_BENCH_BASE_ENV"
+RECORDED_ID = "SpzBench/Recorded-v0"
+MODULE = "bench_vs_sb3"
+
+# env -> (threshold_train, threshold_eval, learning_starts, sb3 learning rate, total steps, eval_every)
+ENV_DEFAULTS: dict[str, tuple[float, float, int, float, int, int]] = {
+    "Pendulum-v1": (-250.0, -200.0, 1000, 1e-3, 20_000, 1000),
+    "HalfCheetah-v5": (1500.0, 1500.0, 10_000, 3e-4, 200_000, 10_000),
+}
+FALLBACK_DEFAULTS = (0.0, 0.0, 10_000, 3e-4, 100_000, 10_000)
+
+
+# --- the recording env (imported by our spawned samplers / evaluator as well) ---------------------------
+class EpisodeRecorder(gym.Wrapper):
+    """Appends ``end_wall_time,return,length`` of each finished episode to its own CSV file.
+
+    Created by whoever makes the env (our sampler/evaluator processes, or SB3 in the bench process); the
+    file lives in the bench's scratch folder, which the bench removes at the end.
+    """
+
+    _count = 0
+
+    def __init__(self, env: gym.Env, out_dir: str, role: str) -> None:
+        super().__init__(env)
+        EpisodeRecorder._count += 1
+        self.path = Path(out_dir) / f"{role}.{os.getpid()}.{EpisodeRecorder._count}.{id(self)}.csv"
+        self.ret, self.len = 0.0, 0
+
+    def reset(self, **kwargs):  # type: ignore[override]
+        self.ret, self.len = 0.0, 0
+        return self.env.reset(**kwargs)
+
+    def step(self, action):  # type: ignore[override]
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.ret += float(reward)
+        self.len += 1
+        if terminated or truncated:
+            with open(self.path, "a") as f:  # one short append per episode: negligible next to 200+ steps
+                f.write(f"{time.time():.6f},{self.ret:.6f},{self.len}\n")
+        return obs, reward, terminated, truncated, info
+
+
+def _made_by_evaluator() -> bool:
+    frame = sys._getframe(1)
+    while frame is not None:
+        if frame.f_code.co_filename.replace("\\", "/").endswith("spreeze_like/roles/evaluator.py"):
+            return True
+        frame = frame.f_back
+    return False
+
+
+def make_recorded(**kwargs) -> gym.Env:
+    env = gym.make(os.environ[BASE_ENV_VAR], **kwargs)
+    out_dir = os.environ.get(EPISODE_DIR_VAR)
+    if not out_dir:
+        return env
+    return EpisodeRecorder(env, out_dir, "eval" if _made_by_evaluator() else "train")
+
+
+if RECORDED_ID not in gym.registry:
+    gym.register(RECORDED_ID, entry_point=make_recorded, disable_env_checker=True)
+
+
+# --- reading the records -----------------------------------------------------------------------------------
+@dataclass
+class RunRecord:
+    """What one run (ours or SB3, one seed) produced; times are seconds since the run's clock started."""
+
+    name: str
+    seed: int
+    wall_s: float = math.nan
+    env_steps: int = 0
+    updates: int = 0
+    # (t, env_step, return) of every training episode, in end order
+    train: list[tuple[float, int, float]] = field(default_factory=list)
+    # (t, env_step or -1, mean return) of every evaluation
+    evals: list[tuple[float, int, float]] = field(default_factory=list)
+    note: str = ""
+
+    def moving(self, window: int) -> list[tuple[float, int, float]]:
+        out, rets = [], []
+        for t, step, ret in self.train:
+            rets.append(ret)
+            out.append((t, step, sum(rets[-window:]) / len(rets[-window:])))
+        return out
+
+    def first_train(self, threshold: float, window: int) -> tuple[float, int] | None:
+        """(wall s, env step) at the first episode end where the mean of the last ``window`` episodes
+        (a full window) reaches ``threshold``."""
+        return next(((t, s) for i, (t, s, m) in enumerate(self.moving(window)) if i + 1 >= window and m >= threshold),
+                    None)
+
+    def first_eval(self, threshold: float) -> tuple[float, int] | None:
+        return next(((t, s) for t, s, r in self.evals if r >= threshold), None)
+
+    def train_at(self, t_fixed: float, window: int) -> float:
+        seen = [m for t, _, m in self.moving(window) if t <= t_fixed]
+        return seen[-1] if seen else math.nan
+
+    def eval_at(self, t_fixed: float) -> float:
+        seen = [r for t, _, r in self.evals if t <= t_fixed]
+        return seen[-1] if seen else math.nan
+
+
+def read_episodes(folder: Path, role: str) -> list[list[tuple[float, float, int]]]:
+    """Per env instance (file), its episodes (end wall time, return, length)."""
+    out = []
+    for path in sorted(folder.glob(f"{role}.*.csv")):
+        with open(path) as f:
+            out.append([(float(t), float(r), int(n)) for t, r, n in csv.reader(f)])
+    return out
+
+
+def train_curve(folder: Path, t0: float, shift: Callable[[float], float] = lambda t: t) -> list[tuple[float, int, float]]:
+    """All training episodes merged by end time; env step = summed lengths of the episodes finished so far
+    (exact with one env, a slight undercount with several)."""
+    episodes = sorted(e for per_env in read_episodes(folder, "train") for e in per_env)
+    curve, steps = [], 0
+    for t, ret, length in episodes:
+        steps += length
+        curve.append((shift(t) - t0, steps, ret))
+    return curve
+
+
+# --- ours ----------------------------------------------------------------------------------------------------
+def run_ours(args: argparse.Namespace, seed: int, serial: bool, scratch: Path) -> RunRecord:
+    from spreeze_like.config import TrainConfig
+    from spreeze_like.training import train
+
+    folder = scratch / f"ours-{'serial' if serial else 'parallel'}-{seed}"
+    folder.mkdir(parents=True)
+    os.environ[EPISODE_DIR_VAR] = str(folder)
+    config = dataclasses.replace(
+        TrainConfig(), env=f"{MODULE}:{RECORDED_ID}", seed=seed, total_steps=args.total_steps, serial=serial,
+        learning_starts=args.learning_starts, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
+        logdir=args.logdir, log_interval=0, checkpoint_every=0, **dict(args.set),
+    )
+    record = RunRecord(f"ours-{'serial' if serial else 'parallel'}", seed)
+    t0 = time.time()
+    stop = threading.Event()
+
+    def watch() -> None:  # Ctrl-C to ourselves at the budget or once reached: both modes stop cleanly on SIGINT
+        while not stop.wait(0.5):
+            over = args.wall_budget and time.time() - t0 >= args.wall_budget
+            if over or (args.stop_when_reached and reached(folder, t0, args)):
+                record.note = "stopped at the wall budget" if over else "stopped once both thresholds were reached"
+                os.kill(os.getpid(), signal.SIGINT)
+                return
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    result = None
+    try:
+        watcher.start()
+        result = train(config, print_fn=lambda line: None)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        stop.set()
+        os.environ.pop(EPISODE_DIR_VAR, None)
+    record.wall_s = time.time() - t0
+    record.train = train_curve(folder, t0)
+    if result is not None:
+        record.env_steps, record.updates = result.env_steps, result.critic_updates
+        known = [(int(s), float(r)) for s, r, *_ in result.evals]
+    else:  # interrupted: the run folder's status.json / evals file hold the counters and the eval steps
+        record.env_steps, record.updates, known = interrupted_counters(Path(args.logdir), record)
+    # evaluation k = the k-th episode of each evaluator env; its result is known when the last one ends
+    per_env = read_episodes(folder, "eval")
+    rounds = min((len(e) for e in per_env), default=0)
+    for k in range(rounds):
+        group = [e[k] for e in per_env]
+        mean = sum(r for _, r, _ in group) / len(group)
+        step = next((st for st, r in known if abs(r - mean) < 1e-3 * max(1.0, abs(mean))), -1)
+        record.evals.append((max(t for t, _, _ in group) - t0, step, mean))
+    return record
+
+
+def reached(folder: Path, t0: float, args: argparse.Namespace) -> bool:
+    """Both thresholds reached, judged from the episode files written so far."""
+    probe = RunRecord("probe", 0, train=train_curve(folder, t0))
+    per_env = read_episodes(folder, "eval")
+    rounds = min((len(e) for e in per_env), default=0)
+    evals = [sum(e[k][1] for e in per_env) / len(per_env) for k in range(rounds)]
+    return probe.first_train(args.threshold_train, args.window) is not None and any(
+        r >= args.threshold_eval for r in evals)
+
+
+def interrupted_counters(logdir: Path, record: RunRecord) -> tuple[int, int, list[tuple[int, float]]]:
+    """(env steps, critic updates, [(eval env step, mean return)]) of the newest run folder under logdir."""
+    from spreeze_like.procs.evaluator_proc import read_results
+
+    runs = sorted(logdir.glob("*/"), key=lambda p: p.stat().st_mtime)
+    if not runs:
+        return (record.train[-1][1] if record.train else 0), 0, []
+    run_dir = runs[-1]
+    known = [(int(r["env_step"]), float(r["mean_return"])) for r in read_results(run_dir)]
+    try:
+        status = json.loads((run_dir / "status.json").read_text())
+        counters = status.get("counters", {})
+        return int(status["env_steps"]), int(counters.get("critic-learner", {}).get("total_updates", 0)), known
+    except (OSError, ValueError, KeyError):
+        return (record.train[-1][1] if record.train else 0), 0, known
+
+
+# --- Stable-Baselines3 SAC -----------------------------------------------------------------------------------
+def run_sb3(args: argparse.Namespace, seed: int, scratch: Path) -> RunRecord:
+    import torch
+    from stable_baselines3 import SAC
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    if args.sb3_threads:
+        torch.set_num_threads(args.sb3_threads)
+    folder = scratch / f"sb3-{seed}"
+    folder.mkdir(parents=True)
+    os.environ[EPISODE_DIR_VAR] = str(folder)
+    record = RunRecord("sb3", seed)
+    excluded: list[tuple[float, float]] = []  # wall intervals spent in evaluations (not counted)
+
+    def clock(t: float) -> float:
+        """Wall time t with the evaluation time spent before t taken out."""
+        return t - sum(min(e, t) - s for s, e in excluded if s < t)
+
+    eval_env = gym.make(args.env)
+
+    class Bench(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.next_eval = args.eval_every
+
+        def _on_step(self) -> bool:
+            if args.eval_every and self.num_timesteps >= self.next_eval:
+                self.next_eval += args.eval_every
+                start = time.time()
+                mean = evaluate(self.model, eval_env, args.eval_episodes, seed)
+                end = time.time()
+                excluded.append((start, end))
+                record.evals.append((clock(end) - t0, self.num_timesteps, mean))
+                if args.stop_when_reached and reached_sb3():
+                    record.note = "stopped once both thresholds were reached"
+                    return False
+            if args.wall_budget and clock(time.time()) - t0 >= args.wall_budget:
+                record.note = "stopped at the wall budget"
+                return False
+            return True
+
+    def reached_sb3() -> bool:
+        probe = RunRecord("probe", 0, train=train_curve(folder, t0, clock))
+        return probe.first_train(args.threshold_train, args.window) is not None and any(
+            r >= args.threshold_eval for _, _, r in record.evals)
+
+    t0 = time.time()
+    model = SAC(
+        "MlpPolicy", gym.make(f"{RECORDED_ID}"), learning_rate=args.sb3_lr, buffer_size=1_000_000,
+        learning_starts=args.learning_starts, batch_size=256, tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1,
+        ent_coef="auto_1.0", target_entropy="auto", policy_kwargs={"net_arch": [256, 256]}, seed=seed, device="cpu",
+    )
+    model.learn(total_timesteps=args.total_steps, callback=Bench())
+    end = time.time()
+    os.environ.pop(EPISODE_DIR_VAR, None)
+    record.wall_s = clock(end) - t0
+    record.env_steps, record.updates = int(model.num_timesteps), int(model._n_updates)
+    record.train = train_curve(folder, t0, clock)
+    eval_env.close()
+    return record
+
+
+def evaluate(model, env: gym.Env, episodes: int, seed: int) -> float:
+    """Mean return of deterministic episodes from fixed start seeds (the same ones every time)."""
+    returns = []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=10_000 * seed + i)
+        done, total = False, 0.0
+        while not done:
+            action, _ = model.predict(obs, deterministic=True)
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    return sum(returns) / len(returns)
+
+
+# --- report --------------------------------------------------------------------------------------------------
+def fmt(x: float | None, spec: str = ".1f") -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def median(values: list[float | None]) -> float | None:
+    """Median over seeds, or None if any seed did not reach (a missing value is not 'fast')."""
+    if not values or any(v is None or math.isnan(v) for v in values):
+        return None
+    return statistics.median(values)
+
+
+def report(records: list[RunRecord], args: argparse.Namespace) -> dict:
+    finished = [r for r in records if r.train or r.evals]
+    t_fixed = args.fixed_wall or (min(r.wall_s for r in finished) if finished else math.nan)
+    rows: dict[str, dict[int, dict]] = {}
+    for r in records:
+        hit_train = r.first_train(args.threshold_train, args.window)
+        hit_eval = r.first_eval(args.threshold_eval)
+        rows.setdefault(r.name, {})[r.seed] = {
+            "wall_s": r.wall_s, "env_steps": r.env_steps, "updates": r.updates,
+            "steps_per_s": r.env_steps / r.wall_s if r.wall_s > 0 else math.nan,
+            "updates_per_s": r.updates / r.wall_s if r.wall_s > 0 else math.nan,
+            "t_train": hit_train[0] if hit_train else None, "step_train": hit_train[1] if hit_train else None,
+            "t_eval": hit_eval[0] if hit_eval else None, "step_eval": hit_eval[1] if hit_eval else None,
+            "train_at": r.train_at(t_fixed, args.window), "eval_at": r.eval_at(t_fixed),
+            "final_eval": r.evals[-1][2] if r.evals else math.nan, "episodes": len(r.train), "note": r.note,
+            "evals": [(round(t, 1), s, round(m, 1)) for t, s, m in r.evals],
+        }
+    print(f"\n== {args.env}: training return = mean of the last {args.window} training episodes; thresholds "
+          f"train {args.threshold_train:g}, eval {args.threshold_eval:g}; fixed wall time {fmt(t_fixed, '.0f')} s")
+    head = (f"{'run':<15} {'seed':>4} {'wall s':>7} {'steps':>7} {'steps/s':>8} {'upd/s':>7} "
+            f"{'train-thr s':>11} {'@step':>6} {'eval-thr s':>10} {'@step':>6} {'train@T':>8} {'eval@T':>7} "
+            f"{'final ev':>8}")
+    print(head)
+    for name, per_seed in rows.items():
+        for seed, v in per_seed.items():
+            print(f"{name:<15} {seed:>4} {v['wall_s']:>7.1f} {v['env_steps']:>7} {v['steps_per_s']:>8.1f} "
+                  f"{v['updates_per_s']:>7.1f} {fmt(v['t_train']):>11} {fmt(v['step_train'], 'd'):>6} "
+                  f"{fmt(v['t_eval']):>10} {fmt(v['step_eval'], 'd'):>6} {fmt(v['train_at']):>8} "
+                  f"{fmt(v['eval_at']):>7} {fmt(v['final_eval']):>8} {v['note']}")
+        med = {k: median([v[k] for v in per_seed.values()]) for k in
+               ("wall_s", "steps_per_s", "updates_per_s", "t_train", "t_eval", "train_at", "eval_at", "step_eval")}
+        print(f"{name + ' median':<20} {fmt(med['wall_s']):>7} {'':>7} {fmt(med['steps_per_s']):>8} "
+              f"{fmt(med['updates_per_s']):>7} {fmt(med['t_train']):>11} {'':>6} {fmt(med['t_eval']):>10} "
+              f"{fmt(med['step_eval'], '.0f'):>6} {fmt(med['train_at']):>8} {fmt(med['eval_at']):>7}")
+    for name, per_seed in rows.items():
+        for seed, v in per_seed.items():
+            print(f"  {name} seed {seed} evals (wall s, env step, mean return): {v['evals']}")
+    ratios = {}
+    if "sb3" in rows:
+        print("\nratios ours / SB3 (time: lower is better; rates: higher is better)")
+        for name in (n for n in rows if n != "sb3"):
+            for key, label in (("t_train", "wall to train threshold"), ("t_eval", "wall to eval threshold"),
+                               ("steps_per_s", "env steps/s"), ("updates_per_s", "updates/s")):
+                per = []
+                for seed, v in rows[name].items():
+                    s = rows["sb3"].get(seed, {}).get(key)
+                    per.append(v[key] / s if v[key] is not None and s not in (None, 0) else None)
+                ours_med, sb3_med = (median([v[key] for v in rows[n].values()]) for n in (name, "sb3"))
+                ratio_of_medians = ours_med / sb3_med if ours_med is not None and sb3_med else None
+                ratios[f"{name}/{key}"] = {"per_seed": per, "of_medians": ratio_of_medians}
+                print(f"  {name:<15} {label:<24} per seed {', '.join(fmt(p, '.2f') for p in per)}; "
+                      f"median {fmt(ratio_of_medians, '.2f')}")
+    return {"t_fixed": t_fixed, "rows": rows, "ratios": ratios}
+
+
+def load_line() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env", default="Pendulum-v1", help="gymnasium env id (Box actions)")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
+    parser.add_argument("--total-steps", type=int, default=None, help="env steps per run (default per env)")
+    parser.add_argument("--threshold-train", type=float, default=None, help="training-return threshold")
+    parser.add_argument("--threshold-eval", type=float, default=None, help="evaluation-return threshold")
+    parser.add_argument("--window", type=int, default=5, help="training episodes in the moving mean")
+    parser.add_argument("--learning-starts", type=int, default=None, help="random warm-up steps, both (default per env)")
+    parser.add_argument("--eval-every", type=int, default=None, help="env steps between evaluations, both")
+    parser.add_argument("--eval-episodes", type=int, default=10)
+    parser.add_argument("--wall-budget", type=float, default=0.0, help="stop each run after this many s (0: none)")
+    parser.add_argument("--stop-when-reached", action="store_true", help="stop each run once the training and "
+                        "the evaluation threshold are both reached (checked every 0.5 s / at each SB3 evaluation)")
+    parser.add_argument("--fixed-wall", type=float, default=0.0, help="report returns at this wall time "
+                        "(0: the shortest run's wall time)")
+    parser.add_argument("--serial", action="store_true", help="measure our serial mode")
+    parser.add_argument("--parallel", action="store_true", help="measure our parallel mode (the default if "
+                        "--serial is not given)")
+    parser.add_argument("--skip-sb3", action="store_true", help="run ours only")
+    parser.add_argument("--skip-ours", action="store_true", help="run SB3 only")
+    parser.add_argument("--sb3-lr", type=float, default=None, help="SB3 learning rate (default rl-zoo's for the env)")
+    parser.add_argument("--sb3-threads", type=int, default=1, help="torch threads for SB3 (default 1, as ours "
+                        "and as the project's benchmark rule; 0: torch's default, 2 here)")
+    parser.add_argument("--logdir", default=None, help="our run folders (default: a scratch folder, removed)")
+    parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    parser.add_argument("--set", nargs="*", default=[], type=lambda s: (s.split("=", 1)[0], json.loads(s.split("=", 1)[1])),
+                        help="extra TrainConfig fields for ours, key=json")
+    args = parser.parse_args(argv)
+    d_train, d_eval, d_starts, d_lr, d_total, d_every = ENV_DEFAULTS.get(args.env, FALLBACK_DEFAULTS)
+    args.threshold_train = d_train if args.threshold_train is None else args.threshold_train
+    args.threshold_eval = d_eval if args.threshold_eval is None else args.threshold_eval
+    args.learning_starts = d_starts if args.learning_starts is None else args.learning_starts
+    args.sb3_lr = d_lr if args.sb3_lr is None else args.sb3_lr
+    args.total_steps = d_total if args.total_steps is None else args.total_steps
+    args.eval_every = d_every if args.eval_every is None else args.eval_every
+    modes = ([False] if args.parallel or not args.serial else []) + ([True] if args.serial else [])
+
+    os.environ[BASE_ENV_VAR] = args.env
+    tools_dir = str(Path(__file__).resolve().parent)
+    if tools_dir not in sys.path:  # our spawned samplers import this module by name
+        sys.path.insert(0, tools_dir)
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [tools_dir, os.environ.get("PYTHONPATH")]))
+    scratch = Path(tempfile.mkdtemp(prefix="spz_bench_vs_sb3_"))
+    args.logdir = args.logdir or str(scratch / "runs")
+    import torch
+
+    print(f"load average before: {load_line()}   cores {os.cpu_count()}   torch default threads "
+          f"{torch.get_num_threads()}; ours 1 per process; SB3 {args.sb3_threads or torch.get_num_threads()}")
+    print(f"{args.env}: {args.total_steps} env steps, learning_starts {args.learning_starts}, eval every "
+          f"{args.eval_every} x {args.eval_episodes} episodes, SB3 lr {args.sb3_lr:g}, seeds {args.seeds}", flush=True)
+    records: list[RunRecord] = []
+    try:
+        for seed in args.seeds:
+            if not args.skip_ours:
+                for serial in modes:
+                    records.append(run_ours(args, seed, serial, scratch))
+                    print(f"  done {records[-1].name} seed {seed}: {records[-1].wall_s:.1f} s, load {load_line()}",
+                          flush=True)
+            if not args.skip_sb3:
+                threads = torch.get_num_threads()
+                records.append(run_sb3(args, seed, scratch))
+                torch.set_num_threads(threads)
+                print(f"  done sb3 seed {seed}: {records[-1].wall_s:.1f} s, load {load_line()}", flush=True)
+            if args.json:  # the raw records so far: a run cut short still leaves its finished seeds
+                Path(args.json).write_text(json.dumps({"partial": [dataclasses.asdict(r) for r in records]}))
+        figures = report(records, args)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    print(f"load average after: {load_line()}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(figures, indent=1, default=str))
+    return figures
+
+
+if __name__ == "__main__":
+    main()
