@@ -21,6 +21,7 @@ CAPACITY = 4096
 SECONDS = 3.0  # each process runs at least this long after the common start ...
 MIN_BATCHES = 30  # ... and each learner until it sampled this many batches (a loaded machine starts them late)
 MAX_SECONDS = 60.0
+ROW_LIMIT = 1 << 23  # float32 holds row + 0.5 exactly below this
 
 
 def _attach(names: tuple[str, str], seed: int) -> PrioritizedSampler:
@@ -32,10 +33,15 @@ def _attach(names: tuple[str, str], seed: int) -> PrioritizedSampler:
 def _inserter(names, start: float, learners_done, results) -> None:
     sampler = _attach(names, 0)
     row = CAPACITY
-    # keep inserting (so slots are overwritten under the learners) until both learners are done
+    # keep inserting (so slots are overwritten under the learners) until both learners are done;
+    # rows are encoded in float32 (obs = row + 0.5 must stay exact), so stay below 2^23 rows: a 2 ms
+    # pause per chunk caps the rate at 128k rows/s, far more than the 2 x CAPACITY the test needs
     while (time.monotonic() < start + SECONDS or learners_done.value < 2) and time.monotonic() < start + MAX_SECONDS:
+        if row + 256 >= ROW_LIMIT:
+            break
         sampler.add(*chunk(row, 256))
         row += 256
+        time.sleep(0.002)
     results.put(("inserter", row - CAPACITY))
 
 
