@@ -31,7 +31,6 @@ import multiprocessing
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import wait
@@ -44,7 +43,7 @@ from spreeze_like.envs import env_info
 from spreeze_like.errors import SpreezeError
 from spreeze_like.ipc import new_run_id, sweep_dead_segments
 from spreeze_like.procs import pacing
-from spreeze_like.procs.children import RoleProcess, describe_exit
+from spreeze_like.procs.children import RoleProcess, StopSignals, describe_exit
 from spreeze_like.procs.control import (
     CONTROL,
     EXIT,
@@ -92,7 +91,7 @@ class Supervisor:
         self.run_dir = Path(context.run_dir)
         self.ctx = multiprocessing.get_context("spawn")
         self.run_id = new_run_id()
-        self.signal: int | None = None
+        self.signals = StopSignals()
         self.children: dict[str, RoleProcess] = {}
         self.owned: OwnedSegments | None = None
         self.state = "starting"
@@ -115,7 +114,7 @@ class Supervisor:
         removed = sweep_dead_segments()
         if removed:
             self.say(f"[spreeze] removed {len(removed)} shared-memory segment(s) left by dead runs: {', '.join(removed)}")
-        old_handlers = self._install_signal_handlers()
+        self.signals.install()
         try:
             self._create_segments()
             self._spawn_all()
@@ -123,16 +122,14 @@ class Supervisor:
             self._watch()
             return self._shutdown(t0)
         finally:
-            if old_handlers:  # a third Ctrl-C must not cut the cleanup short (it takes milliseconds)
-                signal.signal(signal.SIGINT, signal.SIG_IGN)
+            self.signals.ignore_sigint()
             try:
                 self._force_stop()
                 self._write_status(force=True)
             finally:
                 if self.owned is not None:
                     self.owned.unlink_all()
-                for sig, handler in old_handlers.items():
-                    signal.signal(sig, handler)
+                self.signals.restore()
 
     def _create_segments(self) -> None:
         cfg = self.config
@@ -201,7 +198,7 @@ class Supervisor:
         """Until training is done, a stop signal, or a failure: restarts, heartbeats, checkpoints, status."""
         every = self.config.checkpoint_every
         next_ckpt = (self.context.start_step // every + 1) * every if every > 0 else math.inf
-        while self.signal is None and self.failure is None:
+        while self.signals.received is None and self.failure is None:
             self._tick()
             if self.failure is not None:
                 return
@@ -300,7 +297,7 @@ class Supervisor:
         while not done():
             if time.monotonic() > deadline or self.failure is not None:
                 return False
-            if stop_on_signal and self.signal is not None:
+            if stop_on_signal and self.signals.received is not None:
                 return False
             self._tick(0.02)
         return True
@@ -309,19 +306,19 @@ class Supervisor:
         return all(self.block.role(r).get("done") for r in LEARNERS)
 
     def _shutdown(self, t0: float) -> TrainResult:
-        finished = self.signal is None and self.failure is None
+        finished = self.signals.received is None and self.failure is None
         settled = False
         if finished:  # learners catch up on the data collected, at the UTD ratio
             self.state = "finishing"
             self.control.set("phase", float(FINISH))
             settled = self._wait_for(self._learners_done, 3600.0)
-            finished = self.signal is None and self.failure is None
+            finished = self.signals.received is None and self.failure is None
             if finished and not settled:
                 self.failure = "the learners did not finish within an hour of the last env step"
         if not finished:  # learners finish the update in hand only
             self.state = "stopping"
             self.control.set("phase", float(HALT))
-            if self.signal is not None:
+            if self.signals.received is not None:
                 self.say("[spreeze] stopping: samplers stopped, learners finish their update, then a checkpoint "
                          "(press Ctrl-C again to force)")
             settled = self._wait_for(self._learners_done, HALT_WAIT_S, stop_on_signal=False)
@@ -353,7 +350,7 @@ class Supervisor:
             self.state = "interrupted"
             self.say(f"[spreeze] interrupted at {steps:,} env steps; checkpoint {self._last_checkpoint()}; "
                      f"resume with: python -m spreeze_like.run --resume {self.run_dir}")
-            if self.signal == signal.SIGTERM:
+            if self.signals.received == signal.SIGTERM:
                 raise SystemExit(128 + signal.SIGTERM)
             raise KeyboardInterrupt
         self.state = "finished"
@@ -383,7 +380,7 @@ class Supervisor:
         if self.owned is not None and self.owned.stats is not None:
             with contextlib.suppress(Exception):  # the block may be half-created
                 self.control.set("phase", float(EXIT))
-        forced = self.signal is not None and self.state not in ("finished", "interrupted", "failed")
+        forced = self.signals.received is not None and self.state not in ("finished", "interrupted", "failed")
         deadline = time.monotonic() + (0.0 if forced else 2.0)
         for child in self.children.values():
             if forced:
@@ -392,17 +389,6 @@ class Supervisor:
         remove_parts(self.run_dir)
 
     # --- signals and status --------------------------------------------------------------------------------------
-    def _install_signal_handlers(self) -> dict[int, Any]:
-        if threading.current_thread() is not threading.main_thread():
-            return {}  # train() called from a thread: the caller handles signals
-
-        def handler(signum: int, frame: Any) -> None:
-            if self.signal is not None:  # the second Ctrl-C/SIGTERM: force
-                raise KeyboardInterrupt
-            self.signal = signum
-
-        return {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-
     def _write_status(self, force: bool = False) -> None:
         now = time.monotonic()
         if not force and now - self._status_t < 1.0:

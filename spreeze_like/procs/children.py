@@ -154,3 +154,36 @@ class RoleProcess:
         if self.restart_at is not None:
             return "restarting"
         return "exited"
+
+
+class StopSignals:
+    """The supervisor's Ctrl-C / SIGTERM handling: the first asks for an orderly stop, the second forces.
+
+    :meth:`install` replaces the SIGINT and SIGTERM handlers (main thread only: a ``train()`` called
+    from another thread leaves signals to its caller); :attr:`received` is the first signal's
+    number; a second signal raises ``KeyboardInterrupt`` wherever the supervisor is. :meth:`restore`
+    puts the previous handlers back.
+    """
+
+    def __init__(self) -> None:
+        self.received: int | None = None
+        self._old: dict[int, Any] = {}
+
+    def install(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self._old = {sig: signal.signal(sig, self._handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+
+    def _handler(self, signum: int, frame: Any) -> None:
+        if self.received is not None:
+            raise KeyboardInterrupt
+        self.received = signum
+
+    def ignore_sigint(self) -> None:
+        """For the last cleanup (milliseconds): a third Ctrl-C must not cut it short."""
+        if self._old:
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+    def restore(self) -> None:
+        for sig, handler in self._old.items():
+            signal.signal(sig, handler)
+        self._old = {}

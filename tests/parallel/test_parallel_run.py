@@ -212,3 +212,20 @@ def test_second_ctrl_c_forces_the_exit_and_still_cleans_up(tmp_path):
     assert took < 10.0
     assert "stopping: samplers stopped" in text and "[spreeze] interrupted at" not in text  # forced, not graceful
     assert_nothing_left(run_dir)
+
+
+def test_sigterm_stops_with_a_checkpoint_and_status_143(tmp_path):
+    logdir, log = tmp_path / "runs", tmp_path / "term.log"
+    proc = start_cli(*TINY_ARGS, "--total-steps", "100000", "--logdir", str(logdir), log=log)
+    try:
+        run_dir = only_run_dir(logdir)
+        wait_status(run_dir, lambda s: s["env_steps"] > 350, timeout=180, proc=proc, log=log)
+        took = interrupt(proc, signal.SIGTERM, timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 143, log.read_text()[-3000:]
+    assert took < 10.0
+    payload, _ = load_latest(run_dir)
+    assert payload["env_steps"] > 350
+    assert_nothing_left(run_dir)
