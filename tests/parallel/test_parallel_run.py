@@ -202,7 +202,11 @@ def test_second_ctrl_c_forces_the_exit_and_still_cleans_up(tmp_path):
         run_dir = only_run_dir(logdir)
         wait_status(run_dir, lambda s: s["env_steps"] > 350, timeout=180, proc=proc, log=log)
         proc.send_signal(signal.SIGINT)
-        time.sleep(0.05)
+        # the second Ctrl-C must land during the orderly stop: wait until the supervisor says it began
+        # (a fixed short sleep raced with a loaded machine's scheduling of the main loop)
+        deadline = time.monotonic() + 30
+        while "stopping: samplers stopped" not in log.read_text() and time.monotonic() < deadline:
+            time.sleep(0.005)
         took = interrupt(proc, signal.SIGINT, timeout=30)
     finally:
         if proc.poll() is None:
