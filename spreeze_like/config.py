@@ -31,6 +31,7 @@ from typing import Any
 from spreeze_like.errors import ConfigError
 
 ALGOS = ("sac", "td3", "ddpg")
+PRECISIONS = ("auto", "fp32", "bf16")
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps)$")
 
 
@@ -84,6 +85,12 @@ class TrainConfig:
     critic_device: str = _f(
         "auto", "critic learner device: auto (2 GPUs: cuda:1, 1: cuda:0, none: cpu), cpu, cuda:N", metavar="DEVICE"
     )
+    precision: str = _f(
+        "auto",
+        "learner arithmetic: fp32; bf16 = bfloat16 autocast of the hidden layers (heads, weights and Adam stay "
+        "fp32); auto = bf16 on a CPU learner when the CPU multiplies bf16 natively (avx512_bf16/AMX), else fp32",
+        choices=PRECISIONS,
+    )
     torch_threads: int = _f(1, "torch CPU threads per process (learners; samplers always use 1)")
     # --- evaluation, logging, checkpoints ---------------------------------------------------------
     eval_every: int = _f(5_000, "env steps between evaluations (0: only the final one)")
@@ -115,6 +122,8 @@ class TrainConfig:
             raise bad("env", "give a gymnasium env id such as Pendulum-v1")
         if self.algo not in ALGOS:
             raise bad("algo", f"choose one of {', '.join(ALGOS)}")
+        if self.precision not in PRECISIONS:
+            raise bad("precision", f"choose one of {', '.join(PRECISIONS)}")
         positive_ints = (
             "total_steps",
             "samplers",
@@ -169,13 +178,16 @@ class TrainConfig:
         return self
 
     def resolve(self) -> TrainConfig:
-        """A validated copy with the ``auto`` values filled in (devices, policy delay)."""
-        from spreeze_like.devices import resolve_devices  # local: keeps torch out of config import
+        """A validated copy with the ``auto`` values filled in (devices, precision, policy delay)."""
+        from spreeze_like.devices import resolve_devices, resolve_precision  # local: no torch on config import
 
         self.validate()
         actor_device, critic_device = resolve_devices(self.actor_device, self.critic_device)
+        precision = resolve_precision(self.precision, (actor_device, critic_device))
         delay = self.policy_delay or (2 if self.algo == "td3" else 1)
-        return dataclasses.replace(self, actor_device=actor_device, critic_device=critic_device, policy_delay=delay)
+        return dataclasses.replace(
+            self, actor_device=actor_device, critic_device=critic_device, precision=precision, policy_delay=delay
+        )
 
     # --- JSON ------------------------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -54,6 +54,7 @@ class AlgoSpec:
     policy_noise: float = 0.2
     noise_clip: float = 0.5
     exploration_noise: float = 0.1
+    precision: str = "fp32"  # resolved: "fp32" or "bf16" (autocast of the hidden layers)
     seed: int = 1
 
     @classmethod
@@ -104,6 +105,17 @@ class _Part:
         self.modules: dict[str, nn.Module] = {}
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
         self.tensors: dict[str, torch.Tensor] = {}
+        if spec.precision not in ("fp32", "bf16"):
+            raise ValueError(f"precision must be resolved to fp32 or bf16, got {spec.precision!r}")
+        self.bf16 = spec.precision == "bf16"
+
+    def autocast(self) -> torch.autocast:
+        """The arithmetic context of one ``step``: bf16 autocast of the hidden layers, or a no-op.
+
+        Enter it around each step separately: autocast caches the bf16 casts of the weights until
+        the region exits, so a region spanning several steps would keep using stale weights.
+        """
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
 
     def build_actor(self) -> nn.Module:
         from spreeze_like.algos import actor_class
@@ -156,7 +168,7 @@ class CriticPart(_Part):
         self.critic = self.build_critic()
         self.critic_target = self.frozen_copy(self.critic)
         self.actor = self.build_actor().requires_grad_(False)  # copy of the actor learner's network
-        self.q_optimizer = torch.optim.Adam(self.critic.parameters(), lr=spec.critic_lr)
+        self.q_optimizer = torch.optim.Adam(self.critic.parameters(), lr=spec.critic_lr, fused=True)
         self.modules.update(critic=self.critic, critic_target=self.critic_target, actor_copy=self.actor)
         self.optimizers["q_optimizer"] = self.q_optimizer
         self.critic_params, self.critic_target_params = params_of([self.critic]), params_of([self.critic_target])
@@ -194,7 +206,7 @@ class ActorPart(_Part):
         super().__init__(spec, device, "actor-learner")
         self.actor = self.build_actor()
         self.critic = self.build_critic().requires_grad_(False)  # copy of the critic learner's network
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=spec.actor_lr)
+        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=spec.actor_lr, fused=True)
         self.modules.update(actor=self.actor, critic_copy=self.critic)
         self.optimizers["actor_optimizer"] = self.actor_optimizer
         self.actor_params, self.critic_params = params_of([self.actor]), params_of([self.critic])

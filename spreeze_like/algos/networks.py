@@ -19,12 +19,27 @@ LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 
-def mlp(in_dim: int, hidden: Sequence[int], out_dim: int) -> nn.Sequential:
+class FP32Linear(nn.Linear):
+    """A linear layer that always computes in float32, even inside a bfloat16 autocast region.
+
+    Used for the output heads. With bf16 mixed precision (``precision`` in the config) the wide
+    hidden layers run in bf16, but a Q value of -1000 in bf16 is only resolved to steps of 4, about
+    the size of the TD errors the critic learns from; the heads are a tiny share of the FLOPs, so
+    they keep float32 and Q values, log-probabilities and actions keep full precision.
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        with torch.autocast(device_type=x.device.type, enabled=False):
+            return F.linear(x.float(), self.weight, self.bias)
+
+
+def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, fp32_out: bool = True) -> nn.Sequential:
+    """ReLU MLP; its output layer is an :class:`FP32Linear` head unless ``fp32_out`` is False."""
     layers: list[nn.Module] = []
     for width in hidden:
         layers += [nn.Linear(in_dim, width), nn.ReLU()]
         in_dim = width
-    layers.append(nn.Linear(in_dim, out_dim))
+    layers.append(FP32Linear(in_dim, out_dim) if fp32_out else nn.Linear(in_dim, out_dim))
     return nn.Sequential(*layers)
 
 
@@ -33,9 +48,13 @@ class SquashedGaussianActor(nn.Module):
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int]) -> None:
         super().__init__()
-        self.trunk = mlp(obs_dim, hidden[:-1], hidden[-1]) if len(hidden) > 1 else nn.Linear(obs_dim, hidden[0])
-        self.mean = nn.Linear(hidden[-1], act_dim)
-        self.log_std = nn.Linear(hidden[-1], act_dim)
+        trunk_out = hidden[-1]
+        if len(hidden) > 1:
+            self.trunk: nn.Module = mlp(obs_dim, hidden[:-1], trunk_out, fp32_out=False)
+        else:
+            self.trunk = nn.Linear(obs_dim, trunk_out)
+        self.mean = FP32Linear(trunk_out, act_dim)
+        self.log_std = FP32Linear(trunk_out, act_dim)
 
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = F.relu(self.trunk(obs))

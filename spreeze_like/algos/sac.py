@@ -26,7 +26,7 @@ class SACCritic(CriticPart):
         super().__init__(spec, device)
         self.target_entropy = -float(spec.act_dim) if spec.target_entropy is None else spec.target_entropy
         self.log_alpha = torch.tensor([math.log(spec.alpha_init)], device=self.device, requires_grad=True)
-        self.a_optimizer = torch.optim.Adam([self.log_alpha], lr=spec.alpha_lr)
+        self.a_optimizer = torch.optim.Adam([self.log_alpha], lr=spec.alpha_lr, fused=True)
         self.tensors["log_alpha"] = self.log_alpha
         self.optimizers["a_optimizer"] = self.a_optimizer
 

@@ -68,11 +68,13 @@ def _measure_point(spec: AlgoSpec, device: str, batch_size: int, budget_s: float
 
     def critic_update() -> None:
         part = parts["critic"]
-        part.step(to_batch(replay.sample(batch_size), part.device, use_weights=False))
+        with part.autocast():
+            part.step(to_batch(replay.sample(batch_size), part.device, use_weights=False))
 
     def actor_update() -> None:
         part = parts["actor"]
-        part.step(to_batch(replay.sample(batch_size), part.device, use_weights=False))
+        with part.autocast():
+            part.step(to_batch(replay.sample(batch_size), part.device, use_weights=False))
 
     # the critic update is the larger one (twin Q forward/backward plus a target pass): 60% of the time
     kw = {"warmup": WARMUP_UPDATES, "min_ops": MIN_TIMED_UPDATES, "sync": sync}

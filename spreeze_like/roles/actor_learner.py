@@ -75,7 +75,8 @@ class ActorLearner:
         if self.part.updates % self.sync_period == 0:
             self.refresh_critic_copy()
         raw = self.replay.sample(self.batch_size)
-        metrics = self.part.step(to_batch(raw, self.part.device, use_weights=False))
+        with self.part.autocast():
+            metrics = self.part.step(to_batch(raw, self.part.device, use_weights=False))
         self.metrics.add(metrics)
         observe(self.stats, "copy_staleness", float(max(0, self.critic_source.version() - self.copy_version)))
         self.stats.add("updates")

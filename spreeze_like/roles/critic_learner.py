@@ -73,7 +73,8 @@ class CriticLearner:
             self.refresh_actor_copy()
         raw = self.replay.sample(self.batch_size)
         batch = to_batch(raw, self.part.device, use_weights=self.prioritized)
-        td_errors, metrics = self.part.step(batch)
+        with self.part.autocast():
+            td_errors, metrics = self.part.step(batch)
         if self.prioritized:
             self.replay.update_priorities(raw.slots, raw.generations, td_errors.cpu().numpy())
         metrics["td_error"] = td_errors.mean()

@@ -133,3 +133,42 @@ def test_state_dict_restores_the_exact_continuation(algo):
     td_b, _ = b.step(batch(seed=9))
     torch.testing.assert_close(td_a, td_b, rtol=0, atol=0)
     np.testing.assert_array_equal(get_flat([a.critic]), get_flat([b.critic]))
+
+
+# --- bf16 mixed precision ---------------------------------------------------------------------------
+def test_precision_auto_picks_bf16_only_for_cpu_learners_with_native_bf16():
+    from spreeze_like.devices import resolve_precision
+
+    assert resolve_precision("auto", ("cpu", "cpu"), native_bf16=True) == "bf16"
+    assert resolve_precision("auto", ("cpu", "cpu"), native_bf16=False) == "fp32"
+    assert resolve_precision("auto", ("cpu", "cuda:0"), native_bf16=True) == "fp32"
+    assert resolve_precision("fp32", ("cpu", "cpu"), native_bf16=True) == "fp32"
+    assert resolve_precision("bf16", ("cuda:0", "cuda:0"), native_bf16=False) == "bf16"
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_bf16_heads_stay_fp32_and_the_critic_still_fits(algo):
+    part = make_critic_part(spec(algo, gamma=0.0, precision="bf16"), "cpu")
+    b = batch()
+    with part.autocast():
+        q_values = part.critic(b.obs, b.action)
+        hidden = part.critic.qs[0][0](torch.cat([b.obs, b.action], -1))
+        td, metrics = part.step(b)
+    first = metrics["qf1_loss"].item()
+    for _ in range(200):
+        with part.autocast():  # one region per step: autocast caches the weights' bf16 casts until it exits
+            last = part.step(b)[1]["qf1_loss"].item()
+    assert hidden.dtype == torch.bfloat16  # the hidden layers really run in bf16 ...
+    assert all(q.dtype == torch.float32 for q in q_values)  # ... and the Q heads in fp32
+    assert td.dtype == torch.float32 and all(p.dtype == torch.float32 for p in part.critic.parameters())
+    assert last < 0.2 * first
+
+
+def test_bf16_actor_step_changes_the_actor_with_fp32_outputs():
+    part = make_actor_part(spec("sac", precision="bf16"), "cpu")
+    before = part.actor_vector()
+    with part.autocast():
+        action, log_prob = part.actor.sample(batch().obs)
+        metrics = part.step(batch(seed=1))
+    assert action.dtype == torch.float32 and log_prob.dtype == torch.float32
+    assert torch.isfinite(metrics["actor_loss"]) and not np.array_equal(before, part.actor_vector())
