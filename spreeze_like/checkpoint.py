@@ -13,6 +13,8 @@ sampler counters) and the process RNG states (python, numpy, torch). The replay 
 saved (it can be GBs); a resumed run refills it before the learners continue.
 
 Every way a checkpoint can be unusable is a one-line :class:`~spreeze_like.errors.CheckpointError`.
+A payload holding a NaN or inf tensor is never written (:class:`~spreeze_like.errors.NonFiniteError`):
+the last good checkpoint stays the newest.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from spreeze_like.errors import CheckpointError
+from spreeze_like.errors import CheckpointError, NonFiniteError
 
 FORMAT_VERSION = 1
 _NAME = re.compile(r"^ckpt_(\d{10})\.pt$")
@@ -67,8 +69,26 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
     _fsync_dir(path.parent)
 
 
+def nonfinite_tensors(obj: Any, prefix: str = "") -> list[str]:
+    """Paths of the floating-point tensors in a nested dict/list that hold a NaN or inf."""
+    if isinstance(obj, torch.Tensor):
+        return [prefix] if obj.is_floating_point() and not bool(torch.isfinite(obj).all()) else []
+    if isinstance(obj, dict):
+        return [p for k, v in obj.items() for p in nonfinite_tensors(v, f"{prefix}/{k}")]
+    if isinstance(obj, (list, tuple)):
+        return [p for i, v in enumerate(obj) for p in nonfinite_tensors(v, f"{prefix}/{i}")]
+    return []
+
+
 def save_checkpoint(run_dir: str | Path, payload: dict[str, Any], env_step: int, keep: int = 2) -> Path:
-    """Write one checkpoint atomically and delete all but the newest ``keep``."""
+    """Write one checkpoint atomically and delete all but the newest ``keep``.
+
+    Raises NonFiniteError, writing nothing, if a tensor of the payload is NaN or inf.
+    """
+    bad = nonfinite_tensors(payload)
+    if bad:
+        raise NonFiniteError(f"refused to write checkpoint at env step {env_step}: {', '.join(bad[:3])} hold NaN/inf; "
+                             "the previous checkpoint stays the newest")
     folder = checkpoint_dir(run_dir)
     folder.mkdir(parents=True, exist_ok=True)
     for stale in folder.glob(".ckpt_*.tmp.*"):  # a killed writer's leftovers

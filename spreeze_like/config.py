@@ -78,6 +78,10 @@ class TrainConfig:
     noise_clip: float = _f(0.5, "TD3: clip of the target policy smoothing noise")
     hidden_sizes: tuple[int, ...] = _f((256, 256), "hidden layer widths of actor and critic MLPs")
     weight_sync_period: int = _f(1, "learner updates between publishing a network and refreshing the other's copy")
+    max_nonfinite_steps: int = _f(
+        10, "learner updates in a row with NaN/inf gradients (each skipped) after which the run stops, keeping the "
+        "last good checkpoint"
+    )
     # --- devices and threads ----------------------------------------------------------------------
     actor_device: str = _f(
         "auto", "actor learner device: auto (2 GPUs: cuda:0, 1: cuda:0, none: cpu), cpu, cuda:N", metavar="DEVICE"
@@ -103,6 +107,10 @@ class TrainConfig:
     keep_checkpoints: int = _f(2, "how many recent checkpoints to keep")
     resume: str = _f("", "continue the run in this run folder from its newest checkpoint", metavar="RUN_DIR")
     # --- process layout ----------------------------------------------------------------------------
+    max_restarts: int = _f(
+        10, "parallel mode: restarts of one sampler, evaluator or monitor allowed within 10 minutes; one more "
+        "death ends the run (an env that crashes every time)"
+    )
     serial: bool = _f(False, "run every role in this one process (debugging, determinism, baseline)")
     autotune: bool = _f(False, "measure this machine (cached) and plan samplers, batch, devices, threads, buffers; "
                                "flags you set win")
@@ -134,11 +142,12 @@ class TrainConfig:
             "torch_threads",
             "eval_episodes",
             "keep_checkpoints",
+            "max_nonfinite_steps",
         )
         for name in positive_ints:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise bad(name, "must be a whole number >= 1")
-        for name in ("learning_starts", "eval_every", "checkpoint_every", "policy_delay", "seed"):
+        for name in ("learning_starts", "eval_every", "checkpoint_every", "policy_delay", "seed", "max_restarts"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
                 raise bad(name, "must be a whole number >= 0")
         for f in dataclasses.fields(self):

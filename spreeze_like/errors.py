@@ -35,3 +35,12 @@ class PeerDeadError(SpreezeError):
 
 class CheckpointError(SpreezeError):
     """A checkpoint that is corrupt, missing, or from another env or algorithm."""
+
+
+class NonFiniteError(SpreezeError):
+    """A learner saw NaN/inf gradients in too many updates in a row, or holds non-finite weights.
+
+    Not a usage error: the run ends with exit status 1, keeping the last good checkpoint.
+    """
+
+    exit_code = 1

@@ -35,7 +35,7 @@ SAMPLER = StatsSchema(
 )
 CRITIC_LEARNER = StatsSchema(
     "critic-learner",
-    counters=("updates", "update_frames"),
+    counters=("updates", "update_frames", "nonfinite_steps"),
     means=(
         "qf1_loss",
         "qf2_loss",
@@ -51,7 +51,7 @@ CRITIC_LEARNER = StatsSchema(
 )
 ACTOR_LEARNER = StatsSchema(
     "actor-learner",
-    counters=("updates",),
+    counters=("updates", "nonfinite_steps"),
     means=("actor_loss", "entropy", "copy_staleness"),
     gauges=("version",),
 )
@@ -104,6 +104,7 @@ TAGS = {
     "replay/td_error": "mean |TD error| of the sampled batches (the priorities' source)",
     "replay/is_weight_mean": "mean importance weight of the sampled batches (1 with uniform replay)",
     "samplers/nonfinite_dropped": "transitions dropped because a value was NaN or inf (total)",
+    "stats/nonfinite_steps": "learner updates skipped because a gradient was NaN or inf, both learners (total)",
     "hw/cpu_percent": "machine-wide CPU use, percent",
     "hw/mem_used": "machine-wide memory in use, GiB",
 }

@@ -12,7 +12,9 @@ actor learner, evaluator, monitor) are stepped in turn by one loop:
 With a fixed seed the run is reproducible exactly (one thread, seeded streams per role, a
 deterministic order of calls), which is what the determinism test checks. It is also the baseline
 the parallel mode must beat. Nothing here is shared memory: a crash leaves only the run folder
-(with its last checkpoint) behind.
+(with its last checkpoint) behind. A learner that stops on NaN/inf
+(:class:`~spreeze_like.errors.NonFiniteError`) ends the run with a message naming the last good
+checkpoint; no checkpoint is written from a non-finite state.
 """
 
 from __future__ import annotations
@@ -25,9 +27,9 @@ from typing import Any
 
 import torch
 
-from spreeze_like.checkpoint import capture_process_rng, restore_process_rng, save_checkpoint
+from spreeze_like.checkpoint import capture_process_rng, list_checkpoints, restore_process_rng, save_checkpoint
 from spreeze_like.config import TrainConfig
-from spreeze_like.errors import CheckpointError
+from spreeze_like.errors import CheckpointError, NonFiniteError
 from spreeze_like.metrics import stats_schema
 from spreeze_like.roles import build
 from spreeze_like.roles.monitor import Monitor
@@ -123,14 +125,19 @@ class SerialTrainer:
                     next_ckpt = _next_multiple(steps, cfg.checkpoint_every)
                     self.save_checkpoint()
                 self.monitor.poll()
+            history = self.evaluator.history
+            final = history[-1] if history and history[-1].env_step == steps else self._evaluate(steps)
+            self.save_checkpoint()
         except KeyboardInterrupt:
             self.print_fn(f"[spreeze] interrupted at {self.env_steps():,} env steps; saving a checkpoint to resume")
             self.save_checkpoint()
             self.close()
             raise
-        history = self.evaluator.history
-        final = history[-1] if history and history[-1].env_step == steps else self._evaluate(steps)
-        self.save_checkpoint()
+        except NonFiniteError as exc:
+            self.close(check=False)
+            found = list_checkpoints(self.context.run_dir)
+            raise NonFiniteError(f"{exc}. The run stopped; the last good checkpoint is "
+                                 f"{found[-1] if found else 'none'}; resume with --resume {self.context.run_dir}") from None
         self.close()
         return TrainResult(
             run_dir=self.context.run_dir,
@@ -163,6 +170,9 @@ class SerialTrainer:
 
     # --- checkpoints ---------------------------------------------------------------------------------------------
     def save_checkpoint(self) -> Path:
+        """Write a checkpoint; NonFiniteError (nothing written) if a learner's state is not finite."""
+        self.critic.check_finite()
+        self.actor.check_finite()
         steps = self.env_steps()
         roles: dict[str, Any] = {f"sampler-{s.index}": s.state_dict() for s in self.samplers}
         roles["critic-learner"] = self.critic.state_dict()
@@ -205,9 +215,19 @@ class SerialTrainer:
         self.evals = [(int(e[0]), float(e[1]), float(e[2])) for e in payload.get("evals", [])]
         restore_process_rng(payload["process_rng"])
 
-    def close(self) -> None:
-        self.critic.flush()
-        self.actor.flush()
+    def close(self, check: bool = True) -> None:
+        """Flush (``check``: raising NonFiniteError after too many skipped steps) and close every role."""
+        try:
+            if check:
+                self.critic.flush()
+                self.actor.flush()
+            else:
+                self.critic.metrics.flush()
+                self.actor.metrics.flush()
+        finally:
+            self._close_roles()
+
+    def _close_roles(self) -> None:
         self.monitor.close()
         for s in self.samplers:
             s.close()

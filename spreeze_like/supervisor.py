@@ -43,10 +43,11 @@ from spreeze_like.envs import env_info
 from spreeze_like.errors import SpreezeError
 from spreeze_like.ipc import new_run_id, sweep_dead_segments
 from spreeze_like.procs import pacing
-from spreeze_like.procs.children import RoleProcess, StopSignals, describe_exit
+from spreeze_like.procs.children import RESTART_WINDOW_S, RoleProcess, StopSignals, describe_exit
 from spreeze_like.procs.control import (
     CONTROL,
     EXIT,
+    EXIT_ROLE_ERROR,
     EXIT_USER_ERROR,
     FINISH,
     HALT,
@@ -167,7 +168,8 @@ class Supervisor:
         roles += [("evaluator", "evaluator_proc", True, {"t0": self.t0}), ("monitor", "monitor_proc", True, {})]
         for role, module, restartable, extra in roles:
             index = int(role.split("-")[1]) if role.startswith("sampler-") else 0
-            self.children[role] = RoleProcess(self.ctx, role, module, self._args_maker(role, index, extra), restartable)
+            self.children[role] = RoleProcess(self.ctx, role, module, self._args_maker(role, index, extra), restartable,
+                                              max_restarts=cfg.max_restarts)
         # The evaluator and the monitor start once the learners are up: on a small machine five torch
         # imports at once would delay the first update by the two that are not needed yet.
         self.deferred = [self.children["evaluator"], self.children["monitor"]]
@@ -240,11 +242,22 @@ class Supervisor:
             self.user_error = path.read_text().strip() if path.is_file() else f"{child.role} failed"
             path.unlink(missing_ok=True)
             self.failure = self.user_error
+        elif child.last_exit == EXIT_ROLE_ERROR:  # a training failure the child explained (NaN/inf in a learner)
+            path = error_file(self.run_dir, child.role)
+            said = path.read_text().strip() if path.is_file() else f"{child.role} failed"
+            path.unlink(missing_ok=True)
+            self.failure = (f"{said}. The run stopped; the last good checkpoint is {self._last_checkpoint() or 'none'}; "
+                            f"resume with --resume {self.run_dir}")
         elif self.state == "exiting":
             return  # told to exit
-        elif not child.restartable or child.restarts >= child.max_restarts:
+        elif not child.restartable:
             self.failure = (f"{child.role} (pid {child.pid}) died ({how}); the run stopped. The last good checkpoint "
                             f"is {self._last_checkpoint() or 'none'}; resume with --resume {self.run_dir}")
+        elif child.over_budget(now):
+            self.failure = (f"{child.role} (pid {child.pid}) died ({how}), {child.recent_deaths(now)} deaths within "
+                            f"{RESTART_WINDOW_S / 60:.0f} minutes, more than --max-restarts {child.max_restarts}; the "
+                            f"run stopped (its error is above). The last good checkpoint is "
+                            f"{self._last_checkpoint() or 'none'}; resume with --resume {self.run_dir}")
         elif self.state in ("running", "finishing"):
             delay = child.schedule_restart(now)
             self.say(f"[spreeze] {child.role} (pid {child.pid}) died ({how}); restarting it in {delay:.0f} s")

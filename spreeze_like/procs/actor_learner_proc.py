@@ -99,7 +99,7 @@ class ActorLoop:
     def _serve_checkpoint(self) -> None:
         request = self.control.ckpt_request()
         if request > self.ckpt_ack:
-            self.learner.flush()
+            self.learner.check_finite()  # NonFiniteError (run ends) rather than a part from a diverged state
             write_part(self.args.run_dir, request, self.args.role, {"learner": self.learner.state_dict()})
             self.ckpt_ack = request
             self.row.set("ckpt_ack", float(request))

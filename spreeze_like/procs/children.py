@@ -25,6 +25,7 @@ from spreeze_like.procs.control import ChildArgs, child_main
 from spreeze_like.procs.pacing import backoff_s
 
 STABLE_S = 60.0  # a child that lived this long before dying starts its back-off from the beginning again
+RESTART_WINDOW_S = 600.0  # the restart budget (max_restarts) counts deaths within this many seconds
 
 
 def start_ignoring_sigint(process: Any) -> None:
@@ -66,15 +67,20 @@ class RoleProcess:
         module: module under ``spreeze_like.procs`` whose ``run(args)`` is the body.
         make_args: builds the child's arguments for a given restart count.
         restartable: restart after a death (samplers, evaluator, monitor) or end the run (learners).
-        max_restarts: restarts allowed in this session before a death ends the run after all.
+        max_restarts: restarts allowed within any :data:`RESTART_WINDOW_S`; one more death ends the run.
+
+    The budget is a sliding window, not a total: a long run may lose a sampler to a flaky env (or
+    a kill) now and then for hours, but an env that crashes at every start exhausts it in minutes
+    (with back-off 1, 2, 4 ... 30 s) instead of restarting forever.
     """
 
     def __init__(self, ctx: BaseContext, role: str, module: str, make_args: Callable[[int], ChildArgs],
-                 restartable: bool, max_restarts: int = 20) -> None:
+                 restartable: bool, max_restarts: int = 10) -> None:
         self.ctx, self.role, self.module, self.make_args = ctx, role, module, make_args
         self.restartable, self.max_restarts = restartable, max_restarts
         self.process: Any = None
         self.restarts = 0  # restarts done in this session
+        self.deaths: list[float] = []  # monotonic times of the deaths that led to a restart decision
         self.failures = 0  # deaths in a row, each within STABLE_S of its start: drives the back-off
         self.started_at = 0.0
         self.restart_at: float | None = None
@@ -111,6 +117,15 @@ class RoleProcess:
         self.last_exit = self.process.exitcode
         self.death_handled = True
         return True
+
+    def recent_deaths(self, now: float) -> int:
+        """Deaths within the last :data:`RESTART_WINDOW_S`, this one included once recorded."""
+        return sum(1 for t in self.deaths if now - t < RESTART_WINDOW_S)
+
+    def over_budget(self, now: float) -> bool:
+        """Record a death; True if it is more than ``max_restarts`` within the window (the run must end)."""
+        self.deaths.append(now)
+        return self.recent_deaths(now) > self.max_restarts
 
     def schedule_restart(self, now: float) -> float:
         """Plan the next start after a death; returns the back-off delay in seconds."""

@@ -19,7 +19,9 @@ protocol tolerates (every wait re-reads).
 :func:`child_main` is the target of every spawned process: it arms the parent-death signal,
 ignores SIGINT (the supervisor orchestrates shutdown), sets the torch threads, runs the role, and
 turns a user-facing :class:`~spreeze_like.errors.SpreezeError` into a one-line message file plus
-exit status :data:`EXIT_USER_ERROR` that the supervisor re-raises. A child creates no segment and
+exit status :data:`EXIT_USER_ERROR` (a usage error: the run ends with exit status 2) or
+:data:`EXIT_ROLE_ERROR` (a training failure such as :class:`~spreeze_like.errors.NonFiniteError`:
+the run ends with exit status 1, naming the last good checkpoint) that the supervisor re-raises. A child creates no segment and
 no process: if it crashes, only its own mapping goes; the supervisor decides what happens next.
 """
 
@@ -42,6 +44,7 @@ STARTING, RUNNING, WAITING, DONE = 0, 1, 2, 3
 STATE_NAMES = {STARTING: "starting", RUNNING: "running", WAITING: "waiting", DONE: "done"}
 
 EXIT_USER_ERROR = 3  # a child's SpreezeError: the message is in its error file, the run ends with it
+EXIT_ROLE_ERROR = 4  # a child's SpreezeError that is not a usage error (exit_code != 2), e.g. NonFiniteError
 
 CONTROL = "control"
 SUPERVISOR = "supervisor"
@@ -174,7 +177,7 @@ def child_main(module: str, args: ChildArgs) -> None:
         importlib.import_module(f"spreeze_like.procs.{module}").run(args)
     except SpreezeError as exc:
         error_file(args.run_dir, args.role).write_text(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
-        _fast_exit(EXIT_USER_ERROR)
+        _fast_exit(EXIT_USER_ERROR if exc.exit_code == SpreezeError.exit_code else EXIT_ROLE_ERROR)
     _fast_exit(0)
 
 

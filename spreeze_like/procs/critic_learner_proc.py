@@ -176,7 +176,7 @@ class CriticLoop:
     def _serve_checkpoint(self) -> None:
         request = self.control.ckpt_request()
         if request > self.ckpt_ack:
-            self.learner.flush()
+            self.learner.check_finite()  # NonFiniteError (run ends) rather than a part from a diverged state
             write_part(self.args.run_dir, request, self.args.role,
                        {"learner": self.learner.state_dict(), "session_updates": self.session})
             self.ckpt_ack = request

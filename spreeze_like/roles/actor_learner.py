@@ -13,7 +13,10 @@ reads the critic learner's ``updates`` counter from the stats block.
 
 Replay: the actor samples uniformly even when the critic uses prioritized replay; priorities
 describe where the *critic* is wrong, and an IS-corrected policy gradient over them buys nothing
-(the LAP paper, Fujimoto et al. 2020, makes the same choice). Owns no shared resource.
+(the LAP paper, Fujimoto et al. 2020, makes the same choice).
+
+Non-finite steps are skipped and counted like the critic's (:mod:`spreeze_like.roles.nonfinite`).
+Owns no shared resource.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import numpy as np
 from spreeze_like.algos import make_actor_part
 from spreeze_like.algos.base import AlgoSpec
 from spreeze_like.roles.learning import MetricMeans, to_batch
+from spreeze_like.roles.nonfinite import NonFiniteGuard
 from spreeze_like.roles.ports import ReplaySampler, StatsWriter, WeightsSink, WeightsSource, observe
 
 
@@ -40,6 +44,7 @@ class ActorLearner:
         stats: this role's stats block.
         batch_size: transitions per update.
         sync_period: updates between publishing the actor and refreshing the critic copy.
+        max_nonfinite_steps: consecutive steps with NaN/inf gradients that end the run.
     """
 
     def __init__(
@@ -52,6 +57,7 @@ class ActorLearner:
         stats: StatsWriter,
         batch_size: int,
         sync_period: int = 1,
+        max_nonfinite_steps: int = 10,
     ) -> None:
         self.part = make_actor_part(spec, device)
         self.replay, self.critic_source, self.actor_sink, self.stats = replay, critic_source, actor_sink, stats
@@ -60,6 +66,7 @@ class ActorLearner:
         self.version = 0  # board version of our last publish
         self._copy_vec = np.zeros(self.part.critic_vector_size, dtype=np.float32)
         self.metrics = MetricMeans(stats)
+        self.guard = NonFiniteGuard(self.part, "actor-learner", stats, max_nonfinite_steps)
         self.publish()
 
     @property
@@ -75,9 +82,10 @@ class ActorLearner:
         if self.part.updates % self.sync_period == 0:
             self.refresh_critic_copy()
         raw = self.replay.sample(self.batch_size)
+        self.guard.begin()
         with self.part.autocast():
             metrics = self.part.step(to_batch(raw, self.part.device, use_weights=False))
-        self.metrics.add(metrics)
+        self.metrics.add(metrics, applied=self.guard.end())
         observe(self.stats, "copy_staleness", float(max(0, self.critic_source.version() - self.copy_version)))
         self.stats.add("updates")
         if self.part.updates % self.sync_period == 0:
@@ -95,7 +103,14 @@ class ActorLearner:
         self.stats.set("version", float(self.version))
 
     def flush(self) -> None:
+        """Hand pending metrics and skip counts to stats; raises NonFiniteError after too many skips in a row."""
         self.metrics.flush()
+        self.guard.check()
+
+    def check_finite(self) -> None:
+        """Before a checkpoint: raise NonFiniteError unless every network and optimiser tensor is finite."""
+        self.flush()
+        self.guard.assert_finite_state()
 
     def state_dict(self) -> dict[str, Any]:
         return {"part": self.part.state_dict(), "updates": self.part.updates}

@@ -62,6 +62,7 @@ def critic_learner(
         config.batch_size,
         config.weight_sync_period,
         config.prioritized,
+        config.max_nonfinite_steps,
     )
 
 
@@ -83,6 +84,7 @@ def actor_learner(
         stats,
         config.batch_size,
         config.weight_sync_period,
+        config.max_nonfinite_steps,
     )
 
 

@@ -7,6 +7,10 @@ priorities back (prioritized replay), and every ``sync_period`` updates publishe
 and refreshes its actor copy from the actor weights source. The copy's staleness (newest actor
 version minus the copy's version) is measured at every update and logged.
 
+Non-finite steps are skipped by a :class:`~spreeze_like.roles.nonfinite.NonFiniteGuard` (parameters
+and optimiser state unchanged, counted in ``nonfinite_steps``; ``max_nonfinite_steps`` in a row end
+the run with :class:`~spreeze_like.errors.NonFiniteError`); a skipped step writes no priorities.
+
 It creates no shared resource: replay sampler, weights source/sink and stats block are injected and
 owned by whoever created them. A crash loses the updates since the last checkpoint.
 
@@ -24,6 +28,7 @@ import numpy as np
 from spreeze_like.algos import make_critic_part
 from spreeze_like.algos.base import AlgoSpec
 from spreeze_like.roles.learning import MetricMeans, to_batch
+from spreeze_like.roles.nonfinite import NonFiniteGuard
 from spreeze_like.roles.ports import ReplaySampler, StatsWriter, WeightsSink, WeightsSource, observe
 
 
@@ -40,6 +45,7 @@ class CriticLearner:
         batch_size: transitions per update.
         sync_period: updates between publishing the critic and refreshing the actor copy.
         prioritized: apply importance weights and write TD-error priorities.
+        max_nonfinite_steps: consecutive steps with NaN/inf gradients that end the run.
     """
 
     def __init__(
@@ -53,6 +59,7 @@ class CriticLearner:
         batch_size: int,
         sync_period: int = 1,
         prioritized: bool = False,
+        max_nonfinite_steps: int = 10,
     ) -> None:
         self.part = make_critic_part(spec, device)
         self.replay, self.actor_source, self.critic_sink, self.stats = replay, actor_source, critic_sink, stats
@@ -61,6 +68,7 @@ class CriticLearner:
         self.version = 0  # board version of our last publish
         self._copy_vec = np.zeros(self.part.actor_vector_size, dtype=np.float32)
         self.metrics = MetricMeans(stats)
+        self.guard = NonFiniteGuard(self.part, "critic-learner", stats, max_nonfinite_steps)
         self.publish()
 
     @property
@@ -73,14 +81,17 @@ class CriticLearner:
             self.refresh_actor_copy()
         raw = self.replay.sample(self.batch_size)
         batch = to_batch(raw, self.part.device, use_weights=self.prioritized)
+        self.guard.begin()
         with self.part.autocast():
             td_errors, metrics = self.part.step(batch)
         if self.prioritized:
-            self.replay.update_priorities(raw.slots, raw.generations, td_errors.cpu().numpy())
+            priorities = td_errors.cpu().numpy()
+            if np.isfinite(priorities).all():  # a skipped step's TD errors may be NaN: keep the old priorities
+                self.replay.update_priorities(raw.slots, raw.generations, priorities)
         metrics["td_error"] = td_errors.mean()
         if batch.weights is not None:
             metrics["is_weight"] = batch.weights.mean()
-        self.metrics.add(metrics)
+        self.metrics.add(metrics, applied=self.guard.end())
         observe(self.stats, "copy_staleness", float(max(0, self.actor_source.version() - self.copy_version)))
         self.stats.add("updates")
         self.stats.add("update_frames", float(self.batch_size))
@@ -99,8 +110,17 @@ class CriticLearner:
         self.stats.set("version", float(self.version))
 
     def flush(self) -> None:
-        """Hand pending metric sums to the stats block (call before a final read)."""
+        """Hand pending metric sums and skip counts to the stats block (call before a final read).
+
+        Raises NonFiniteError if the last updates were skipped ``max_nonfinite_steps`` times in a row.
+        """
         self.metrics.flush()
+        self.guard.check()
+
+    def check_finite(self) -> None:
+        """Before a checkpoint: raise NonFiniteError unless every network and optimiser tensor is finite."""
+        self.flush()
+        self.guard.assert_finite_state()
 
     def state_dict(self) -> dict[str, Any]:
         return {"part": self.part.state_dict(), "updates": self.part.updates}

@@ -40,28 +40,36 @@ class MetricMeans:
 
     One ``torch.stack`` per update and one device-to-host copy per period: logging never forces a
     GPU sync per update, and the stats block sees a handful of writes per period, not per update.
+    A step the non-finite guard skipped (``applied`` 0) adds nothing: its metrics may be NaN.
     """
 
     def __init__(self, stats: StatsWriter, period: int = 20) -> None:
         self.stats, self.period = stats, period
         self._keys: tuple[str, ...] = ()
         self._sum: torch.Tensor | None = None
+        self._kept: torch.Tensor | None = None  # applied steps in the sums (a device scalar)
         self._count = 0
 
-    def add(self, metrics: dict[str, torch.Tensor]) -> None:
+    def add(self, metrics: dict[str, torch.Tensor], applied: torch.Tensor | float = 1.0) -> None:
+        """Add one update's metrics; ``applied`` is 1.0, or 0.0 for a skipped step (a tensor: no sync)."""
         keys = tuple(metrics)
         values = torch.stack([v.reshape(()).float() for v in metrics.values()])
+        kept = torch.as_tensor(applied, dtype=torch.float32, device=values.device)
+        values = torch.where(kept > 0, values, torch.zeros_like(values))
         if self._sum is None or keys != self._keys:
             self.flush()
-            self._keys, self._sum = keys, values
+            self._keys, self._sum, self._kept = keys, values, kept.clone()
         else:
             self._sum += values
+            self._kept += kept
         self._count += 1
         if self._count >= self.period:
             self.flush()
 
     def flush(self) -> None:
         if self._sum is not None and self._count:
-            for key, total in zip(self._keys, self._sum.tolist()):
-                observe(self.stats, key, total, self._count)
-        self._sum, self._count = None, 0
+            *totals, kept = torch.cat([self._sum, self._kept.reshape(1)]).tolist()
+            if kept > 0:
+                for key, total in zip(self._keys, totals):
+                    observe(self.stats, key, total, kept)
+        self._sum, self._kept, self._count = None, None, 0

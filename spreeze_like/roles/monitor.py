@@ -127,6 +127,8 @@ class Monitor:
         self.sample_hz_ema = sample_hz if self.sample_hz_ema is None else 0.7 * self.sample_hz_ema + 0.3 * sample_hz
         scalars["charts/SPS"] = (step - self.start_step) / max(now - self.t0, 1e-9)
         scalars["samplers/nonfinite_dropped"] = self._sum(snap, "sampler", "nonfinite_dropped")
+        scalars["stats/nonfinite_steps"] = sum(snap.get(r, {}).get("nonfinite_steps", 0.0)
+                                               for r in ("critic-learner", "actor-learner"))
         self._learner_scalars(snap, before, rate, step, scalars)
         if "replay" in snap:
             scalars["replay/size"] = snap["replay"].get("size", 0.0)

@@ -8,10 +8,21 @@ Used as ``trainer.tiny_envs:TinyWalk-v0`` (the ``module:EnvId`` form; ``tests/``
 * ``TinyNaN-v0``: like TinyWalk but the observation at t == 2 is NaN.
 * ``TinyDiscrete-v0``: a Discrete(3) action space (must be refused).
 * ``TinyBadReset-v0``: raises on reset (must be refused with EnvError).
+* ``TinyHuge-v0``: like TinyWalk, but once this process has made ``SPZ_TEST_HUGE_AFTER`` steps
+  (default 0) every reward is 3e38: finite, so samplers keep it, but the squared TD error
+  overflows, so every learner step that samples it has inf gradients.
+* ``TinyFlaky-v0``: like TinyWalk, but in a sampler process (named ``sampler-<i>``) every other
+  episode has a NaN observation at t == 2 (the sampler drops that transition; the evaluator's
+  episodes stay finite), and ``step`` raises RuntimeError in the process named ``SPZ_TEST_RAISE_ROLE`` (a parallel role
+  process is named after its role, e.g. ``sampler-1``) once that process has made
+  ``SPZ_TEST_RAISE_AFTER`` steps, but only while the file ``SPZ_TEST_RAISE_ONCE`` exists (the
+  raising process deletes it first: one crash), or every time if ``SPZ_TEST_RAISE_ONCE`` is unset.
 """
 
 from __future__ import annotations
 
+import multiprocessing
+import os
 from typing import ClassVar
 
 import gymnasium as gym
@@ -54,6 +65,45 @@ class TinyBadReset(TinyWalk):
         raise RuntimeError("simulator failed to start")
 
 
+_steps_in_process = 0  # env steps made by every Tiny* env of this process
+
+
+class TinyHuge(TinyWalk):
+    def step(self, action):
+        global _steps_in_process
+        _steps_in_process += 1
+        obs, reward, terminated, truncated, info = super().step(action)
+        if _steps_in_process > int(os.environ.get("SPZ_TEST_HUGE_AFTER", "0")):
+            reward = 3e38
+        return obs, reward, terminated, truncated, info
+
+
+class TinyFlaky(TinyWalk):
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        self.episode = getattr(self, "episode", -1) + 1
+        in_sampler = multiprocessing.current_process().name.startswith("sampler")
+        self.nan_at = 2 if in_sampler and self.episode % 2 == 1 else None
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        global _steps_in_process
+        _steps_in_process += 1
+        role = os.environ.get("SPZ_TEST_RAISE_ROLE")
+        if role == multiprocessing.current_process().name and _steps_in_process > int(
+            os.environ.get("SPZ_TEST_RAISE_AFTER", "0")
+        ):
+            once = os.environ.get("SPZ_TEST_RAISE_ONCE")
+            if once is None:
+                raise RuntimeError("simulated simulator crash (every time)")
+            try:
+                os.unlink(once)
+            except FileNotFoundError:
+                pass
+            else:
+                raise RuntimeError("simulated simulator crash (once)")
+        return super().step(action)
+
+
 def _register(env_id: str, entry: str, **kwargs) -> None:
     if env_id not in gym.registry:
         gym.register(env_id, entry_point=f"{__name__}:{entry}", **kwargs)
@@ -64,3 +114,5 @@ _register("TinyTerminate-v0", "TinyWalk", max_episode_steps=10, kwargs={"termina
 _register("TinyNaN-v0", "TinyWalk", max_episode_steps=5, kwargs={"nan_at": 2})
 _register("TinyDiscrete-v0", "TinyDiscrete", max_episode_steps=5)
 _register("TinyBadReset-v0", "TinyBadReset", max_episode_steps=5)
+_register("TinyHuge-v0", "TinyHuge", max_episode_steps=5)
+_register("TinyFlaky-v0", "TinyFlaky", max_episode_steps=5)

@@ -1,0 +1,132 @@
+"""Learner guard against NaN and inf: skip a non-finite step, stop after several in a row.
+
+A :class:`NonFiniteGuard` is attached to one learner half (:class:`~spreeze_like.algos.base.CriticPart`
+or :class:`~spreeze_like.algos.base.ActorPart`) by its role. Where the check lives, and why:
+
+- **Gradients, just before each optimiser step.** A step pre-hook on every optimiser of the part
+  runs the fused non-finite check that ``torch.amp.GradScaler`` uses
+  (``torch._amp_foreach_non_finite_check_and_unscale_`` with scale 1) and ORs the result into one
+  0-dim ``found_inf`` tensor shared by the part's optimisers. The fused Adam the algorithms use
+  reads that tensor (its ``found_inf`` attribute, GradScaler's protocol) and, when it is 1, leaves
+  parameters, moments and step counts exactly as they were. So a skipped step changes no
+  parameter and no optimiser state, and needs no copy of the networks and no host-device sync.
+  Gradients catch every source: a NaN row in the batch, a reward so large that the loss overflows,
+  a diverged copy of the other learner's network.
+- What a skipped step still does: the soft target update (targets move toward the unchanged
+  parameters, a step they would take anyway), the algorithm's ``updates`` count (pacing counts
+  the batch as consumed), the generator draws. Its metrics are masked out of the TensorBoard means;
+  with prioritized replay its TD errors are not written as priorities.
+- Optimisers run in order (SAC's critic: Q, then alpha), so a step is skipped from the first
+  optimiser whose gradients are non-finite on. The Q loss depends on every batch field, so in
+  practice the first optimiser sees any bad batch and the whole step is skipped.
+
+Counting: skipped steps, and the longest run of consecutive skipped steps, accumulate in device
+tensors; :meth:`NonFiniteGuard.check` reads them (one sync) every ``check_every`` steps and before
+each checkpoint part, adds the skipped steps to the role's ``nonfinite_steps`` counter
+(TensorBoard ``stats/nonfinite_steps``) and raises :class:`~spreeze_like.errors.NonFiniteError`
+once ``max_in_row`` steps in a row were skipped (``--max-nonfinite-steps``). The stop may thus come
+up to ``check_every - 1`` steps late; those steps were skipped too, so nothing changed meanwhile.
+
+:meth:`NonFiniteGuard.assert_finite_state` checks every parameter, buffer, optimiser tensor and
+extra tensor of the part; learners call it before writing a checkpoint part, so a non-finite state
+ends the run instead of replacing the last good checkpoint.
+
+Owns no process and no shared resource: tensors on the learner's device, dropped with the learner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from spreeze_like.errors import NonFiniteError
+
+
+class NonFiniteGuard:
+    """See the module docstring.
+
+    Args:
+        part: the learner half whose optimisers are guarded (each must be a fused Adam, which
+            honours ``found_inf``; a non-fused one raises on its first step, loudly).
+        role: role name for messages (``critic-learner``, ``actor-learner``).
+        stats: the role's stats writer (counter ``nonfinite_steps``).
+        max_in_row: consecutive skipped steps that end the run.
+        check_every: steps between reads of the device counters.
+    """
+
+    def __init__(self, part: Any, role: str, stats: Any, max_in_row: int, check_every: int = 20) -> None:
+        self.part, self.role, self.stats = part, role, stats
+        self.max_in_row, self.check_every = max_in_row, check_every
+        device = part.device
+        self.found = torch.zeros((), device=device)  # 1.0 once a guarded optimiser saw a non-finite gradient
+        self._one = torch.ones((), device=device)
+        self._skipped = torch.zeros((), device=device)  # skipped steps since the last check
+        self._run = torch.zeros((), device=device)  # current run of consecutive skipped steps
+        self._worst = torch.zeros((), device=device)  # longest run since the last check
+        self._pending = 0
+        self.total_skipped = 0
+        for optimizer in part.optimizers.values():
+            optimizer.found_inf = self.found
+            optimizer.register_step_pre_hook(self._check_gradients)
+
+    def _check_gradients(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
+        if grads:
+            torch._amp_foreach_non_finite_check_and_unscale_(grads, self.found, self._one)
+
+    def begin(self) -> None:
+        """Before a step: no non-finite gradient seen yet."""
+        self.found.zero_()
+
+    def end(self) -> torch.Tensor:
+        """After a step: count it; returns a 0-dim float tensor, 1.0 if the step was applied, 0.0 if skipped."""
+        found = self.found
+        self._skipped.add_(found)
+        self._run.add_(found).mul_(found)
+        torch.maximum(self._worst, self._run, out=self._worst)
+        self._pending += 1
+        if self._pending >= self.check_every:
+            self.check()
+        return 1.0 - found
+
+    def check(self) -> None:
+        """Read the counters (one sync); add skipped steps to stats; raise after ``max_in_row`` in a row."""
+        if self._pending == 0:
+            return
+        skipped, worst = torch.stack([self._skipped, self._worst]).tolist()
+        self._skipped.zero_()
+        self._worst.copy_(self._run)
+        self._pending = 0
+        if skipped:
+            self.total_skipped += int(skipped)
+            self.stats.add("nonfinite_steps", skipped)
+        if worst >= self.max_in_row:
+            raise NonFiniteError(
+                f"{self.role}: {int(worst)} updates in a row had NaN/inf gradients (limit --max-nonfinite-steps "
+                f"{self.max_in_row}); the networks diverged or the data is broken: check the env's rewards and "
+                "observations, or lower the learning rates"
+            )
+
+    def _tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
+        for name, module in self.part.modules.items():
+            for key, t in module.state_dict().items():
+                yield f"{name}.{key}", t
+        for name, optimizer in self.part.optimizers.items():
+            for state in optimizer.state.values():
+                for key, t in state.items():
+                    if isinstance(t, torch.Tensor):
+                        yield f"{name}.{key}", t
+        for name, t in self.part.tensors.items():
+            yield name, t
+
+    def assert_finite_state(self) -> None:
+        """Raise NonFiniteError if any parameter, buffer or optimiser tensor of the part is NaN or inf."""
+        bad = [name for name, t in self._tensors() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+        if bad:
+            raise NonFiniteError(
+                f"{self.role}: non-finite values in {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}; no "
+                "checkpoint was written from this state: check the env's rewards and observations, or lower the "
+                "learning rates"
+            )
