@@ -40,7 +40,7 @@ from typing import Any
 from spreeze_like.algos.base import AlgoSpec
 from spreeze_like.config import TrainConfig
 from spreeze_like.envs import env_info
-from spreeze_like.errors import SpreezeError
+from spreeze_like.errors import ShmError, SpreezeError
 from spreeze_like.ipc import new_run_id, sweep_dead_segments
 from spreeze_like.procs import pacing
 from spreeze_like.procs.children import RESTART_WINDOW_S, RoleProcess, StopSignals, describe_exit
@@ -122,6 +122,10 @@ class Supervisor:
             self.state = "running"
             self._watch()
             return self._shutdown(t0)
+        except SpreezeError as exc:  # status.json says why (a full /dev/shm, a learner's NaN stop, ...)
+            self.failure = self.failure or str(exc)
+            self.state = "failed"
+            raise
         finally:
             self.signals.ignore_sigint()
             try:
@@ -141,7 +145,10 @@ class Supervisor:
         self.plan = RunSegments.plan(self.run_id, cfg.samplers, cfg.prioritized, cfg.buffer_size, info.obs_dim,
                                      info.act_dim, pacing.ring_capacity(self.lead, cfg.envs_per_sampler),
                                      actor_n, critic_n)
-        self.owned = self.plan.create(parallel_schema(cfg.samplers), derive_seed(cfg.seed, "replay/tree"))
+        try:
+            self.owned = self.plan.create(parallel_schema(cfg.samplers), derive_seed(cfg.seed, "replay/tree"))
+        except ShmError as exc:  # a full /dev/shm: replay is nearly all of it, so name the flag that sizes it
+            raise ShmError(f"{exc} (replay: --buffer-size {cfg.buffer_size:,} transitions)") from None
         self.owned.write_manifest(self.run_dir / "shm.json")
         self.block = self.owned.stats
         self.control = self.block.role(CONTROL)

@@ -58,11 +58,13 @@ def test_bad_input_exits_2_with_one_line(args, fragments):
     assert_one_line_error(run_cli(*args, "--log-interval", "0"), *fragments)
 
 
-def test_unwritable_logdir(tmp_path):
+@pytest.mark.parametrize("mode", [[], ["--serial"]])
+def test_unwritable_logdir(tmp_path, mode):
     blocker = tmp_path / "a_file"
     blocker.write_text("not a folder")
-    proc = run_cli("--logdir", str(blocker / "runs"), "--total-steps", "10")
+    proc = run_cli("--logdir", str(blocker / "runs"), "--total-steps", "10", *mode)
     assert_one_line_error(proc, "cannot create a run folder", "--logdir")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a_file"]  # nothing created
 
 
 def test_checkpoint_from_another_algo_or_env(finished_run):
