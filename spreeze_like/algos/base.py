@@ -184,11 +184,8 @@ class CriticPart(_Part):
         return []
 
     def critic_vector(self) -> np.ndarray:
-        vec = get_flat(self.critic_params)
-        extra = self.extra_critic_state()
-        if extra:
-            vec = np.concatenate([vec, torch.stack(extra).detach().cpu().float().numpy().reshape(-1)])
-        return vec
+        # one cat of parameters and extra scalars: the critic publishes this after every update
+        return get_flat(self.critic_params + [t.reshape(1) for t in self.extra_critic_state()])
 
     @property
     def actor_vector_size(self) -> int:
