@@ -17,17 +17,15 @@ seed; so the two learners agree from the start without waiting for each other.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 
 from spreeze_like.algos import make_critic_part
 from spreeze_like.algos.base import AlgoSpec
-from spreeze_like.roles.learning import MetricMeans, to_batch
-from spreeze_like.roles.ports import ReplaySampler, StatsWriter, WeightsSink, WeightsSource, observe
+from spreeze_like.roles.learning import LearnerRole, to_batch
+from spreeze_like.roles.ports import ReplaySampler, StatsWriter, WeightsSink, WeightsSource
 
 
-class CriticLearner:
+class CriticLearner(LearnerRole):
     """See the module docstring.
 
     Args:
@@ -54,23 +52,20 @@ class CriticLearner:
         sync_period: int = 1,
         prioritized: bool = False,
     ) -> None:
-        self.part = make_critic_part(spec, device)
-        self.replay, self.actor_source, self.critic_sink, self.stats = replay, actor_source, critic_sink, stats
-        self.batch_size, self.sync_period, self.prioritized = batch_size, sync_period, prioritized
-        self.copy_version = 0  # board version held in the actor copy; 0: the seed-determined initial network
-        self.version = 0  # board version of our last publish
-        self._copy_vec = np.zeros(self.part.actor_vector_size, dtype=np.float32)
-        self.metrics = MetricMeans(stats)
-        self.publish()
+        part = make_critic_part(spec, device)
+        self.replay, self.prioritized = replay, prioritized
+        super().__init__(part, actor_source, critic_sink, stats, batch_size, sync_period, part.actor_vector_size)
 
-    @property
-    def updates(self) -> int:
-        return self.part.updates
+    def own_vector(self) -> np.ndarray:
+        return self.part.critic_vector()
+
+    def load_copy(self, vec: np.ndarray) -> None:
+        self.part.load_actor_vector(vec)
 
     def update(self) -> None:
         """One critic update (sample, step, priorities, maybe sync)."""
-        if self.part.updates % self.sync_period == 0:
-            self.refresh_actor_copy()
+        if self.sync_due():
+            self.refresh_copy()
         raw = self.replay.sample(self.batch_size)
         batch = to_batch(raw, self.part.device, use_weights=self.prioritized)
         with self.part.autocast():
@@ -81,31 +76,8 @@ class CriticLearner:
         if batch.weights is not None:
             metrics["is_weight"] = batch.weights.mean()
         self.metrics.add(metrics)
-        observe(self.stats, "copy_staleness", float(max(0, self.actor_source.version() - self.copy_version)))
+        self.observe_staleness()
         self.stats.add("updates")
         self.stats.add("update_frames", float(self.batch_size))
-        if self.part.updates % self.sync_period == 0:
+        if self.sync_due():
             self.publish()
-
-    def refresh_actor_copy(self) -> None:
-        if self.actor_source.version() > self.copy_version:
-            version = self.actor_source.read(self._copy_vec)
-            if version > 0:
-                self.part.load_actor_vector(self._copy_vec)
-                self.copy_version = version
-
-    def publish(self) -> None:
-        self.version = self.critic_sink.publish(self.part.critic_vector())
-        self.stats.set("version", float(self.version))
-
-    def flush(self) -> None:
-        """Hand pending metric sums to the stats block (call before a final read)."""
-        self.metrics.flush()
-
-    def state_dict(self) -> dict[str, Any]:
-        return {"part": self.part.state_dict(), "updates": self.part.updates}
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.part.load_state_dict(state["part"])
-        self.part.updates = int(state["updates"])
-        self.publish()
