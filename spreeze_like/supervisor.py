@@ -170,7 +170,8 @@ class Supervisor:
             ("critic-learner", "critic_learner_proc", False, {"lead": self.lead}),
             ("actor-learner", "actor_learner_proc", False, {}),
         ]
-        roles += [(f"sampler-{i}", "sampler_proc", True, {"quota": quotas[i], "restored": self.restored[i]})
+        roles += [(f"sampler-{i}", "sampler_proc", True, {"quota": quotas[i], "restored": self.restored[i],
+                                                             "lead": self.lead})
                   for i in range(cfg.samplers)]
         roles += [("evaluator", "evaluator_proc", True, {"t0": self.t0}), ("monitor", "monitor_proc", True, {})]
         for role, module, restartable, extra in roles:

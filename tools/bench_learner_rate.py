@@ -79,7 +79,7 @@ def _alone(config_dict: dict, seconds: float, warmup: int, queue: multiprocessin
     critic = CriticLearner(spec, config.critic_device, UniformSampler(storage, seed=0),
                            LocalBoard(), LocalBoard(), stats.role("critic-learner"), config.batch_size,
                            config.weight_sync_period, config.prioritized)
-    critic.actor_source = _PublishingSource(get_flat([critic.part.actor]))
+    critic.source = _PublishingSource(get_flat([critic.part.actor]))
     for _ in range(warmup):
         critic.update()
     t0, cpu0, updates = time.perf_counter(), time.process_time(), 0

@@ -31,7 +31,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from spreeze_like.algos.networks import Critic, get_flat, numel, params_of, set_flat
+from spreeze_like.algos.networks import Critic, get_flat, numel, params_of, set_flat, soft_update
 from spreeze_like.seeding import derive_seed
 
 
@@ -184,11 +184,8 @@ class CriticPart(_Part):
         return []
 
     def critic_vector(self) -> np.ndarray:
-        vec = get_flat(self.critic_params)
-        extra = self.extra_critic_state()
-        if extra:
-            vec = np.concatenate([vec, torch.stack(extra).detach().cpu().float().numpy().reshape(-1)])
-        return vec
+        # one cat of parameters and extra scalars: the critic publishes this after every update
+        return get_flat(self.critic_params + [t.reshape(1) for t in self.extra_critic_state()])
 
     @property
     def actor_vector_size(self) -> int:
@@ -197,6 +194,28 @@ class CriticPart(_Part):
 
     def load_actor_vector(self, vec: np.ndarray) -> None:
         set_flat(self.actor_params, vec)
+
+
+class TargetActorCriticPart(CriticPart):
+    """A critic half that also owns a *target actor* (TD3, DDPG).
+
+    The target actor lives with the critic because only the Q target uses it; it follows this
+    half's copy of the actor. :meth:`update_targets` moves both targets every ``policy_delay``
+    critic updates, as TD3 moves them with its delayed policy update (DDPG: delay 1).
+    """
+
+    def __init__(self, spec: AlgoSpec, device: str) -> None:
+        super().__init__(spec, device)
+        self.actor_target = self.frozen_copy(self.actor)
+        self.modules["actor_target"] = self.actor_target
+        self.actor_target_params = params_of([self.actor_target])
+
+    def update_targets(self) -> None:
+        """Count the update; every ``policy_delay`` updates soft-update the target actor and critic."""
+        self.updates += 1
+        if self.updates % self.spec.policy_delay == 0:
+            soft_update(self.actor_target_params, self.actor_params, self.spec.tau)
+            soft_update(self.critic_target_params, self.critic_params, self.spec.tau)
 
 
 class ActorPart(_Part):

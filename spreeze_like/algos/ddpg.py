@@ -9,17 +9,10 @@ from __future__ import annotations
 
 import torch
 
-from spreeze_like.algos.base import ActorPart, AlgoSpec, Batch, CriticPart, weighted_mse
-from spreeze_like.algos.networks import params_of, soft_update
+from spreeze_like.algos.base import ActorPart, Batch, TargetActorCriticPart, weighted_mse
 
 
-class DDPGCritic(CriticPart):
-    def __init__(self, spec: AlgoSpec, device: str) -> None:
-        super().__init__(spec, device)
-        self.actor_target = self.frozen_copy(self.actor)
-        self.modules["actor_target"] = self.actor_target
-        self.actor_target_params = params_of([self.actor_target])
-
+class DDPGCritic(TargetActorCriticPart):
     def step(self, b: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         s = self.spec
         with torch.no_grad():
@@ -33,10 +26,7 @@ class DDPGCritic(CriticPart):
         qf1_loss.backward()
         self.q_optimizer.step()
 
-        self.updates += 1
-        if self.updates % s.policy_delay == 0:
-            soft_update(self.actor_target_params, self.actor_params, s.tau)
-            soft_update(self.critic_target_params, self.critic_params, s.tau)
+        self.update_targets()
         td_errors = (qf1_a_values.detach() - next_q_value).abs()
         return td_errors, {"qf1_loss": qf1_loss.detach(), "qf1_values": qf1_a_values.detach().mean()}
 

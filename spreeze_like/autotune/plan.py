@@ -57,7 +57,7 @@ __all__ = ["BATCH_CAP", "DOUBLING_GAIN", "GPU_MEMORY_FRACTION", "Choice", "Plan"
 MEMORY_FRACTION = 0.5
 PROCESS_BYTES = 600 * 2**20  # resident memory of one process with torch and an env loaded
 PARALLEL_IDLE = 3  # supervisor, monitor, evaluator: mostly idle, but they take memory
-PLANNED_FIELDS = ("serial", "actor_device", "critic_device", "batch_size", "samplers", "envs_per_sampler",
+PLANNED_FIELDS = ("serial", "actor_device", "critic_device", "precision", "batch_size", "samplers", "envs_per_sampler",
                   "torch_threads", "buffer_size", "ring_capacity")
 
 
@@ -188,6 +188,7 @@ def make_plan(probes: ProbeResults, config: Any, explicit: Collection[str] = (),
             mine.discard(flag)  # "auto" typed explicitly: planning is what auto means here
     actor_dev = _check_device(choose("actor_device", actor_dev, why_a), probes, "actor-device")
     critic_dev = _check_device(choose("critic_device", critic_dev, why), probes, "critic-device")
+    _plan_precision(probes, config, choose, critic_dev, actor_dev, "precision" in mine, plan.notes)
 
     # 2-5. the layout: each mode planned in full, then the faster one -------------------------------------
     ctx = Ctx(probes, config, mine, critic_dev, actor_dev)
@@ -218,6 +219,28 @@ def make_plan(probes: ProbeResults, config: Any, explicit: Collection[str] = (),
     _plan_memory(plan, probes, config, choose, int(plan.value("samplers")), bool(plan.value("serial")))
     plan.estimates = probes.estimates()
     return plan
+
+
+def _plan_precision(probes: ProbeResults, config: Any, choose: Any, critic_dev: str, actor_dev: str, user: bool,
+                    notes: list[str]) -> None:
+    """Precision: what the learners' curves were measured in (the devices' ``auto``), or the user's.
+
+    The probe times each device in the arithmetic ``--precision auto`` gives it there (bf16 on a
+    CPU with native bf16 dot products, else fp32), so the rates the other rules plan with are the
+    rates a run gets. Both learners share one setting; when the two devices were measured in
+    different arithmetic the plan takes fp32, the one every device runs well.
+    """
+    measured = {c.precision for d in {critic_dev, actor_dev} for c in probes.curves(d)} or {"fp32"}
+    value = measured.pop() if len(measured) == 1 else "fp32"
+    if value == "bf16":
+        reason = "this CPU multiplies bf16 natively: the update curves below were measured with bf16 hidden layers"
+    elif len(measured):
+        reason = "the learners' devices were measured in different arithmetic; fp32 runs well on all of them"
+    else:
+        reason = "bf16 would not pay on these learner devices (no native CPU bf16; small MLPs on a GPU are launch-bound)"
+    chosen = choose("precision", value, reason)
+    if user and chosen not in ("auto", value):
+        notes.append(f"--precision {chosen} is yours; the expected rates were measured in {value}")
 
 
 def _plan_memory(plan: Plan, probes: ProbeResults, config: Any, choose: Any, samplers: int, serial: bool) -> None:

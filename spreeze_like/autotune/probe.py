@@ -31,6 +31,7 @@ from spreeze_like.autotune import cache, hardware
 from spreeze_like.autotune.measure import memcpy_rate, ring_rate
 from spreeze_like.autotune.results import Hardware, ProbeResults
 from spreeze_like.autotune.worker import CurveJob, run_worker
+from spreeze_like.devices import resolve_precision
 from spreeze_like.errors import ConfigError
 
 DEFAULT_BUDGET_S = 60.0
@@ -70,8 +71,10 @@ def curve_jobs(devices: Sequence[str], hw: Hardware, budget_s: float) -> list[Cu
     jobs = []
     for device, threads, weight in weights:
         gpu = gpu_by_device.get(device)
+        # measured in the arithmetic a run uses there by default (bf16 on a CPU that does it natively)
+        precision = resolve_precision("auto", (device,))
         jobs.append(CurveJob(device, threads, budget_s * weight / total,
-                             GPU_MAX_BATCH if gpu else CPU_MAX_BATCH, gpu.total_memory if gpu else 0))
+                             GPU_MAX_BATCH if gpu else CPU_MAX_BATCH, gpu.total_memory if gpu else 0, precision))
     return jobs
 
 

@@ -69,7 +69,7 @@ def report_text(r: ProbeResults) -> str:
     lines.append(f"updates ({r.algo}, hidden {'x'.join(map(str, r.hidden_sizes))}): replay sample + copy to the "
                  "device + one update of each half")
     for c in r.updates:
-        lines.append(f"  {c.device}, {c.threads} torch thread(s); stopped: {c.stop_reason or 'n/a'}")
+        lines.append(f"  {c.device}, {c.threads} torch thread(s), {c.precision}; stopped: {c.stop_reason or 'n/a'}")
         lines.append(f"    {'batch':>7} {'critic/s':>10} {'actor/s':>10} {'critic frames/s':>16} {'peak MiB':>9}")
         for p in c.points:
             mem = f"{p.peak_memory / 2**20:9,.0f}" if p.peak_memory else f"{'-':>9}"

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1  # bump when a field changes meaning; older cached files are then re-probed
+SCHEMA_VERSION = 2  # 2: curves record their precision; bump when a field changes meaning; older cached files are then re-probed
 
 
 @dataclass
@@ -138,6 +138,7 @@ class UpdateCurve:
     device: str
     threads: int
     points: list[UpdatePoint] = field(default_factory=list)
+    precision: str = "fp32"  # the learners' arithmetic while measuring (``fp32`` or ``bf16``)
     stop_reason: str = ""  # why the doubling stopped (memory, time budget, size cap, flat curve)
 
     def point(self, batch_size: int) -> UpdatePoint | None:

@@ -116,7 +116,7 @@ def probe_updates(
     import torch
 
     torch.set_num_threads(threads)
-    curve = UpdateCurve(device=device, threads=threads)
+    curve = UpdateCurve(device=device, threads=threads, precision=spec.precision)
     t_start = time.perf_counter()
     replay = _filled_replay(spec, max(max_batch, MIN_BATCH))
     sizes = []
@@ -148,7 +148,7 @@ def probe_updates(
             break
         curve.points.append(point)
         mem = f", peak {point.peak_memory / 2**20:,.0f} MiB" if point.peak_memory else ""
-        progress(f"updates on {device} ({threads} thread{'s' if threads > 1 else ''}) batch {batch_size}: "
+        progress(f"updates on {device} ({threads} thread{'s' if threads > 1 else ''}, {spec.precision}) batch {batch_size}: "
                  f"critic {point.critic.text(digits=1)}, actor {point.actor.text(digits=1)}, "
                  f"{point.critic_frames:,.0f} critic frames/s{mem}")
         if prev is not None and batch_size > FLAT_FROM and point.critic_frames < FLAT_GAIN * prev.critic_frames:

@@ -35,6 +35,7 @@ class CurveJob:
     budget_s: float
     max_batch: int
     memory_total: int = 0  # bytes (CUDA devices), for the projected-peak stop
+    precision: str = "fp32"  # what a run's ``--precision auto`` resolves to on this device
 
 
 class ProbeWorkerError(RuntimeError):
@@ -58,7 +59,7 @@ def _worker_main(parent_pid: int, out: Any, env_id: str, spec_fields: dict[str, 
         env = probe_env(env_id, spec, env_budget_s, progress)
         out.put(("env", dataclasses.asdict(env)))
         for job in jobs:
-            curve = probe_updates(spec, job.device, job.threads, job.budget_s, progress, job.max_batch,
+            curve = probe_updates(dataclasses.replace(spec, precision=job.precision), job.device, job.threads, job.budget_s, progress, job.max_batch,
                                   job.memory_total)
             out.put(("curve", dataclasses.asdict(curve)))
     except BaseException:  # noqa: BLE001 - everything goes back to the parent, which decides

@@ -173,12 +173,29 @@ def child_main(module: str, args: ChildArgs) -> None:
     import torch
 
     torch.set_num_threads(args.config.torch_threads if args.role.endswith("learner") else 1)
+    _lower_priority(args.role)
     try:
         importlib.import_module(f"spreeze_like.procs.{module}").run(args)
     except SpreezeError as exc:
         error_file(args.run_dir, args.role).write_text(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
         _fast_exit(EXIT_USER_ERROR if exc.exit_code == SpreezeError.exit_code else EXIT_ROLE_ERROR)
     _fast_exit(0)
+
+
+# Scheduler niceness per role. The learners set the pace of a run (pacing.py) and stay at the
+# user's priority; the roles that only feed or watch them yield when a core is contended, so a
+# sampler's or the evaluator's wake-up does not preempt an update in hand. A sampler still gets all
+# the CPU it needs whenever a learner waits (it is never starved: the critic waits for its data).
+ROLE_NICENESS = {"sampler": 5, "evaluator": 10, "monitor": 10}
+
+
+def _lower_priority(role: str) -> None:
+    increment = ROLE_NICENESS.get(role.split("-")[0], 0)
+    if increment:
+        try:
+            os.nice(increment)
+        except OSError:  # not permitted (rare for an increase): run at the inherited priority
+            pass
 
 
 def _fast_exit(status: int) -> None:

@@ -23,6 +23,7 @@ import time
 import numpy as np
 
 from spreeze_like.ipc import Ring
+from spreeze_like.procs import pacing
 from spreeze_like.procs.control import DONE, EXIT, RUN, RUNNING, WAITING, ChildArgs, Control, Napper, set_state
 from spreeze_like.procs.segments import Attached
 from spreeze_like.roles import build
@@ -83,9 +84,10 @@ def run(args: ChildArgs) -> None:
         worker.episodes = restored_episodes + int(row.get("episodes"))
         quota = int(args.extra["quota"])
         critic = block.role("critic-learner")
-        napper = Napper(max_s=1e-3)
+        napper = Napper(max_s=2e-3)
+        gap = pacing.resume_gap(int(args.extra.get("lead", 1)))
         try:
-            _loop(worker, row, control, sampler_rows, critic, quota, napper)
+            _loop(worker, row, control, sampler_rows, critic, quota, napper, gap)
         except StopSampling:
             pass
         finally:
@@ -93,8 +95,9 @@ def run(args: ChildArgs) -> None:
 
 
 def _loop(worker: SamplerWorker, row: object, control: Control, sampler_rows: list, critic: object, quota: int,
-          napper: Napper) -> None:
+          napper: Napper, gap: int = 1) -> None:
     set_state(row, RUNNING)
+    waiting = False
     while True:
         row.beat()
         phase = control.phase()
@@ -105,10 +108,13 @@ def _loop(worker: SamplerWorker, row: object, control: Control, sampler_rows: li
             napper.nap()
             continue
         emitted = sum(r.get("env_steps") - r.get("nonfinite_dropped") for r in sampler_rows)
-        if emitted >= critic.get("allowance"):
+        free = critic.get("allowance") - emitted
+        if free <= 0 or (waiting and free < gap):  # at the allowance: wait until a burst's worth is free
+            waiting = True
             set_state(row, WAITING)
             row.add("pace_wait_s", napper.nap())
             continue
+        waiting = False
         napper.reset()
         set_state(row, RUNNING)
         worker.step()

@@ -1,4 +1,4 @@
-"""Helpers both learner roles use: replay batch -> device tensors, and cheap metric aggregation."""
+"""What both learner roles share: the weight-board plumbing, replay batch -> device tensors, metrics."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import torch
 
 from spreeze_like.algos.base import Batch
-from spreeze_like.roles.ports import StatsWriter, observe
+from spreeze_like.roles.ports import StatsWriter, WeightsSink, WeightsSource, observe
 
 
 def _tensor(array: Any, device: torch.device, shape: tuple[int, ...] | None = None) -> torch.Tensor:
@@ -73,3 +73,79 @@ class MetricMeans:
                 for key, total in zip(self._keys, totals):
                     observe(self.stats, key, total, kept)
         self._sum, self._kept, self._count = None, None, 0
+
+
+class LearnerRole:
+    """The part of a learner role that is the same for the critic and the actor half.
+
+    It holds the algorithm half (``part``), publishes the half's own vector to ``sink`` and loads
+    the other half's vector from ``source`` into its copy. Versions are board publish counts: the
+    first publish, at construction, is the seed-determined initial network, which equals the copy
+    the other learner built from the same seed, so the two agree without waiting for each other.
+    Subclasses set ``own_vector`` / ``load_copy`` / ``copy_size`` to their half's methods.
+
+    Non-finite steps: a :class:`~spreeze_like.roles.nonfinite.NonFiniteGuard` on the half's optimisers
+    skips them (``guard.begin()``/``guard.end()`` around each step), counts them in ``nonfinite_steps``
+    and raises :class:`~spreeze_like.errors.NonFiniteError` after ``max_nonfinite_steps`` in a row.
+    """
+
+    def __init__(self, part: Any, source: WeightsSource, sink: WeightsSink, stats: StatsWriter, batch_size: int,
+                 sync_period: int, copy_size: int, role: str, max_nonfinite_steps: int = 10) -> None:
+        from spreeze_like.roles.nonfinite import NonFiniteGuard  # here: nonfinite imports nothing of ours back
+        self.part, self.source, self.sink, self.stats = part, source, sink, stats
+        self.batch_size, self.sync_period = batch_size, sync_period
+        self.copy_version = 0  # board version held in the copy; 0: the seed-determined initial network
+        self.version = 0  # board version of our last publish
+        self._copy_vec = np.zeros(copy_size, dtype=np.float32)
+        self.metrics = MetricMeans(stats)
+        self.guard = NonFiniteGuard(part, role, stats, max_nonfinite_steps)
+        self.publish()
+
+    @property
+    def updates(self) -> int:
+        return self.part.updates
+
+    def own_vector(self) -> np.ndarray:
+        raise NotImplementedError
+
+    def load_copy(self, vec: np.ndarray) -> None:
+        raise NotImplementedError
+
+    def sync_due(self) -> bool:
+        return self.part.updates % self.sync_period == 0
+
+    def refresh_copy(self) -> None:
+        """Load the other half's newest vector into the copy, if there is a newer one."""
+        if self.source.version() > self.copy_version:
+            version = self.source.read(self._copy_vec)
+            if version > 0:
+                self.load_copy(self._copy_vec)
+                self.copy_version = version
+
+    def observe_staleness(self) -> None:
+        observe(self.stats, "copy_staleness", float(max(0, self.source.version() - self.copy_version)))
+
+    def publish(self) -> None:
+        self.version = self.sink.publish(self.own_vector())
+        self.stats.set("version", float(self.version))
+
+    def flush(self) -> None:
+        """Hand pending metric sums and skip counts to the stats block (call before a final read).
+
+        Raises NonFiniteError if the last updates were skipped ``max_nonfinite_steps`` times in a row.
+        """
+        self.metrics.flush()
+        self.guard.check()
+
+    def check_finite(self) -> None:
+        """Before a checkpoint: raise NonFiniteError unless every network and optimiser tensor is finite."""
+        self.flush()
+        self.guard.assert_finite_state()
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"part": self.part.state_dict(), "updates": self.part.updates}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.part.load_state_dict(state["part"])
+        self.part.updates = int(state["updates"])
+        self.publish()

@@ -74,7 +74,8 @@ class Monitor:
         )
         self.t0 = self.t_last = self.t_console = clock()
         self.before = self._read()
-        self.first_update_step: int | None = None
+        # the pacing rule (procs/pacing.learn_after): updates start once this session stored this many
+        self.learn_after = max(int(config.get("batch_size", 1)), int(config.get("learning_starts", 0)))
         self.sample_hz_ema: float | None = None
         self.recent_return: float | None = None
         self.last_eval: float | None = None
@@ -149,12 +150,10 @@ class Monitor:
         if critic is not None:
             scalars["perf/update_hz"] = rate("critic-learner", "updates")
             scalars["perf/update_frames_hz"] = rate("critic-learner", "update_frames")
-            updates = critic.get("updates", 0.0)
-            if updates > 0 and self.first_update_step is None:
-                # the learners started during this period; count data from the period's start
-                self.first_update_step = self.global_step(before)
-            if self.first_update_step is not None:
-                scalars["perf/utd"] = updates / max(1, step - self.first_update_step)
+            updates = critic.get("updates", 0.0)  # this session's
+            if updates > 0:
+                # the data that earned updates: this session's steps from the one that reached learn_after
+                scalars["perf/utd"] = updates / max(1, step - self.start_step - self.learn_after + 1)
             for key in ("qf1_loss", "qf2_loss", "qf1_values", "alpha", "alpha_loss"):
                 value = _mean(critic, before.get("critic-learner", {}), key)
                 if value is not None:

@@ -224,3 +224,16 @@ def test_fixtures_are_labelled():
     for path in (ONE_GPU, TWO_GPU):
         assert json.loads(path.read_text())["_fixture"].startswith("SYNTHETIC")
     assert json.loads(REAL.read_text())["_fixture"].startswith("REAL")
+
+
+def test_precision_is_what_the_learner_curves_were_measured_in():
+    plan, _ = plan_for(REAL)  # recorded in fp32
+    assert plan.value("precision") == "fp32"
+    probes = copy.deepcopy(load(REAL))
+    for curve in probes.updates:
+        curve.precision = "bf16"
+    plan, config = plan_for(REAL, probes=probes)
+    assert plan.value("precision") == "bf16" and "natively" in plan.choices["precision"].reason
+    assert apply_plan(config, plan).precision == "bf16"
+    plan, _ = plan_for(REAL, explicit={"precision"}, probes=probes, precision="fp32")
+    assert plan.choices["precision"].source == "user" and any("--precision fp32" in n for n in plan.notes)
