@@ -22,9 +22,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from spreeze_like.procs.control import DONE, EXIT, FINISH, HALT, RUNNING, WAITING, ChildArgs, Control, Napper, set_state
-from spreeze_like.procs.critic_learner_proc import restore
-from spreeze_like.procs.parts import write_part
+from spreeze_like.procs.control import EXIT, FINISH, HALT, RUNNING, WAITING, ChildArgs, Control, Napper, set_state
+from spreeze_like.procs.learner_loop import LearnerLoop, restore
 from spreeze_like.procs.segments import Attached
 from spreeze_like.roles import build
 from spreeze_like.roles.actor_learner import ActorLearner
@@ -50,15 +49,14 @@ def run(args: ChildArgs) -> None:
         ActorLoop(args, learner, storage, Control(block), row, block.role("critic-learner")).run()
 
 
-class ActorLoop:
+class ActorLoop(LearnerLoop):
     """The actor process's loop; see the module docstring."""
 
     def __init__(self, args: ChildArgs, learner: ActorLearner, storage: Any, control: Control, row: Any,
                  critic_row: Any) -> None:
-        self.args, self.learner, self.storage = args, learner, storage
-        self.control, self.row, self.critic_row = control, row, critic_row
+        super().__init__(args, learner, control, row)
+        self.storage, self.critic_row = storage, critic_row
         self.batch_size = args.config.batch_size
-        self.ckpt_ack = 0
 
     def run(self) -> None:
         row, napper = self.row, Napper()
@@ -88,18 +86,3 @@ class ActorLoop:
             else:
                 set_state(row, WAITING)
                 row.add("wait_s", napper.nap())
-
-    def _idle(self, flushed: bool, napper: Napper) -> bool:
-        if not flushed:
-            self.learner.flush()
-            set_state(self.row, DONE)
-        napper.nap()
-        return True
-
-    def _serve_checkpoint(self) -> None:
-        request = self.control.ckpt_request()
-        if request > self.ckpt_ack:
-            self.learner.check_finite()  # NonFiniteError (run ends) rather than a part from a diverged state
-            write_part(self.args.run_dir, request, self.args.role, {"learner": self.learner.state_dict()})
-            self.ckpt_ack = request
-            self.row.set("ckpt_ack", float(request))

@@ -29,12 +29,11 @@ import os
 import time
 from typing import Any
 
-from spreeze_like.checkpoint import load_checkpoint
-from spreeze_like.errors import CheckpointError, ConfigError
+from spreeze_like.errors import ConfigError
 from spreeze_like.procs import pacing
-from spreeze_like.procs.control import DONE, EXIT, FINISH, HALT, RUNNING, WAITING, ChildArgs, Control, Napper, set_state
+from spreeze_like.procs.control import EXIT, FINISH, HALT, RUNNING, WAITING, ChildArgs, Control, Napper, set_state
 from spreeze_like.procs.feeder import FeederThread, RingFeeder
-from spreeze_like.procs.parts import write_part
+from spreeze_like.procs.learner_loop import LearnerLoop, restore
 from spreeze_like.procs.segments import Attached
 from spreeze_like.roles import build
 from spreeze_like.roles.critic_learner import CriticLearner
@@ -50,18 +49,6 @@ def feeder_mode() -> str:
     if mode not in FEEDER_MODES:
         raise ConfigError(f"SPREEZE_FEEDER={mode!r} is invalid; use one of {', '.join(FEEDER_MODES)} or unset it")
     return mode
-
-
-def restore(learner: Any, args: ChildArgs, role: str) -> None:
-    """Load ``role``'s state from the resumed checkpoint; a mismatch is a one-line CheckpointError."""
-    if not args.checkpoint_path:
-        return
-    try:
-        learner.load_state_dict(load_checkpoint(args.checkpoint_path)["roles"][role])
-    except (RuntimeError, KeyError, ValueError) as exc:  # other hidden sizes, say
-        first = str(exc).strip().splitlines()[0][:200]
-        raise CheckpointError(f"{args.checkpoint_path} does not fit this config ({first}); resume with the "
-                              "settings of the run that wrote it") from None
 
 
 def run(args: ChildArgs) -> None:
@@ -92,18 +79,17 @@ def run(args: ChildArgs) -> None:
                 thread.stop()
 
 
-class CriticLoop:
+class CriticLoop(LearnerLoop):
     """The critic process's loop; see the module docstring."""
 
     def __init__(self, args: ChildArgs, learner: CriticLearner, feeder: RingFeeder, storage: Any, control: Control,
                  row: Any, actor_row: Any, sampler_rows: list[Any]) -> None:
         cfg = args.config
-        self.args, self.learner, self.feeder, self.storage = args, learner, feeder, storage
-        self.control, self.row, self.actor_row, self.sampler_rows = control, row, actor_row, sampler_rows
+        super().__init__(args, learner, control, row)
+        self.feeder, self.storage, self.actor_row, self.sampler_rows = feeder, storage, actor_row, sampler_rows
         self.start = pacing.learn_after(cfg.batch_size, cfg.learning_starts)
         self.utd, self.lead, self.delay = cfg.utd, int(args.extra["lead"]), max(1, cfg.policy_delay)
         self.session = 0
-        self.ckpt_ack = 0
         self.t0: float | None = None
         self.cpu0 = 0.0
 
@@ -166,18 +152,5 @@ class CriticLoop:
         row.set("learn_t1", time.monotonic())
         row.set("learn_cpu_s", time.process_time() - self.cpu0)
 
-    def _idle(self, flushed: bool, napper: Napper) -> bool:
-        if not flushed:
-            self.learner.flush()
-            set_state(self.row, DONE)
-        napper.nap()
-        return True
-
-    def _serve_checkpoint(self) -> None:
-        request = self.control.ckpt_request()
-        if request > self.ckpt_ack:
-            self.learner.check_finite()  # NonFiniteError (run ends) rather than a part from a diverged state
-            write_part(self.args.run_dir, request, self.args.role,
-                       {"learner": self.learner.state_dict(), "session_updates": self.session})
-            self.ckpt_ack = request
-            self.row.set("ckpt_ack", float(request))
+    def part_extras(self) -> dict[str, Any]:
+        return {"session_updates": self.session}
