@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from spreeze_like.errors import ConfigError
-from spreeze_like.replay.storage import ReplayStorage, Rows
+from spreeze_like.replay.storage import Columns, ReplayStorage, Rows
 from spreeze_like.replay.sum_tree import SumTree
 
 # A torn row needs a writer racing this very slot; needing more rounds than this means the writer
@@ -26,14 +26,9 @@ _MAX_REDRAW_ROUNDS = 32
 
 
 @dataclass(slots=True)
-class Batch:
+class Batch(Columns):
     """One sampled batch; arrays are fresh copies, owned by the caller."""
 
-    obs: np.ndarray  # float32[n, obs_dim]
-    action: np.ndarray  # float32[n, act_dim]
-    reward: np.ndarray  # float32[n]
-    next_obs: np.ndarray  # float32[n, obs_dim]
-    terminated: np.ndarray  # float32[n]
     weights: np.ndarray  # float32[n]: importance weights, max possible weight = 1 (uniform: all 1)
     slots: np.ndarray  # int64[n]
     generations: np.ndarray  # uint64[n]: hand back to update_priorities

@@ -82,14 +82,20 @@ def _layout(capacity: int, obs_dim: int, act_dim: int) -> tuple[dict[str, int], 
 
 
 @dataclass(slots=True)
-class Rows:
-    """Copies of the rows of some slots, as returned by :meth:`ReplayStorage.gather`."""
+class Columns:
+    """The transition columns of some rows (copies); what :class:`Rows` and a sampled batch share."""
 
     obs: np.ndarray  # float32[n, obs_dim]
     action: np.ndarray  # float32[n, act_dim]
     reward: np.ndarray  # float32[n]
     next_obs: np.ndarray  # float32[n, obs_dim]
     terminated: np.ndarray  # float32[n]
+
+
+@dataclass(slots=True)
+class Rows(Columns):
+    """Copies of the rows of some slots, as returned by :meth:`ReplayStorage.gather`."""
+
     generations: np.ndarray  # uint64[n]: the generation each row was read at
     torn: np.ndarray  # int64[k]: positions whose row was being rewritten while it was copied
 
