@@ -55,7 +55,11 @@ def _fsync_dir(folder: Path) -> None:
 
 
 def atomic_torch_save(obj: Any, path: Path) -> None:
-    """``torch.save`` to ``path`` via tmp file + fsync + ``os.replace`` + folder fsync."""
+    """``torch.save`` to ``path`` via tmp file + fsync + ``os.replace`` + folder fsync.
+
+    A failed write (a full disk, a quota, a folder gone) leaves no temporary file and no partial
+    checkpoint, and raises a one-line :class:`CheckpointError`: the previous checkpoint stays.
+    """
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
@@ -63,6 +67,15 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as exc:
+        raise CheckpointError(f"cannot write checkpoint {path}: {exc.strerror or exc}; free space there (or pick "
+                              "another --logdir), then --resume the run from its last good checkpoint") from None
+    except RuntimeError as exc:  # torch's zip writer reports a failed file write as a RuntimeError
+        if "write" not in str(exc).lower():
+            raise
+        raise CheckpointError(f"cannot write checkpoint {path}: {str(exc).splitlines()[0][:200]}; free space there "
+                              "(or pick another --logdir), then --resume the run from its last good checkpoint"
+                              ) from None
     finally:
         if tmp.exists():
             tmp.unlink()

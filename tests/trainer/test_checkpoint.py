@@ -68,3 +68,26 @@ def test_process_rng_round_trip(tmp_path):
     first = (random.random(), np.random.rand(), torch.rand(1).item())
     restore_process_rng(load_latest(tmp_path)[0]["rng"])
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == first
+
+
+@pytest.mark.parametrize("where", ["write", "fsync"])
+def test_a_full_disk_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, monkeypatch, where):
+    import errno
+
+    import spreeze_like.checkpoint as ckpt
+
+    save_checkpoint(tmp_path, payload(100), 100)
+
+    def no_space(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    if where == "fsync":
+        monkeypatch.setattr(ckpt.os, "fsync", no_space)
+    else:  # the file write itself fails part-way, inside torch.save
+        monkeypatch.setattr(ckpt.torch, "save", lambda obj, f: (f.write(b"partial"), no_space()))
+    with pytest.raises(CheckpointError, match=r"cannot write checkpoint .*No space left on device; free space") as e:
+        save_checkpoint(tmp_path, payload(200), 200)
+    assert "\n" not in str(e.value)
+    monkeypatch.undo()
+    assert load_latest(tmp_path)[0]["env_steps"] == 100  # the previous checkpoint is the newest and loads
+    assert not list((tmp_path / "checkpoints").glob(".*tmp*"))  # nothing half-written left
