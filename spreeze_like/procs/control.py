@@ -183,10 +183,12 @@ def child_main(module: str, args: ChildArgs) -> None:
 
 
 # Scheduler niceness per role. The learners set the pace of a run (pacing.py) and stay at the
-# user's priority; the roles that only feed or watch them yield when a core is contended, so a
-# sampler's or the evaluator's wake-up does not preempt an update in hand. A sampler still gets all
-# the CPU it needs whenever a learner waits (it is never starved: the critic waits for its data).
-ROLE_NICENESS = {"sampler": 5, "evaluator": 10, "monitor": 10}
+# user's priority; a sampler, which wakes often and only feeds them, yields when a core is
+# contended, so its wake-up does not preempt an update in hand. It still gets the CPU it needs:
+# the critic waits for its data, and while a learner waits the sampler runs. The evaluator and the
+# monitor stay at normal priority: niced, they starved on a loaded machine and delayed the end of a
+# run (docs/parallel.md, "Start-up on small machines"); they are idle most of the time anyway.
+ROLE_NICENESS = {"sampler": 5}
 
 
 def _lower_priority(role: str) -> None:
