@@ -26,9 +26,14 @@ def test_profile_report_holds_every_item(profiled):
     proc, _, _ = profiled
     out = proc.stdout
     for item in ("[profile", "CPU ", "physical", "logical", "memory ", "/dev/shm", "GPUs", "memcpy", "ring (process",
-                 "env.step alone", "with policy (1 env", "sampler with 8 env(s)", "cpu, 1 torch thread(s); stopped:",
-                 "critic/s", "actor/s", "critic frames/s", "autotune plan for Pendulum-v1", "--batch-size"):
+                 "env.step alone", "with policy (1 env", "sampler with 8 env(s)", "cpu, 1 torch thread(s), ",
+                 "critic/s", "actor/s", "critic frames/s", "autotune plan for Pendulum-v1", "--batch-size",
+                 "--precision"):
         assert item in out, item
+    # each curve names the arithmetic it was measured in, the one a run gets there by default
+    from spreeze_like.devices import resolve_precision
+
+    assert f"cpu, 1 torch thread(s), {resolve_precision('auto', ('cpu',))}; stopped:" in out
 
 
 def test_profile_writes_json_tensorboard_and_the_cache(profiled):
