@@ -67,15 +67,13 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except OSError as exc:
-        raise CheckpointError(f"cannot write checkpoint {path}: {exc.strerror or exc}; free space there (or pick "
-                              "another --logdir), then --resume the run from its last good checkpoint") from None
-    except RuntimeError as exc:  # torch's zip writer reports a failed file write as a RuntimeError
-        if "write" not in str(exc).lower():
+    except (OSError, RuntimeError) as exc:
+        # torch's zip writer reports a failed file write as a RuntimeError; other RuntimeErrors are bugs
+        if isinstance(exc, RuntimeError) and "write" not in str(exc).lower():
             raise
-        raise CheckpointError(f"cannot write checkpoint {path}: {str(exc).splitlines()[0][:200]}; free space there "
-                              "(or pick another --logdir), then --resume the run from its last good checkpoint"
-                              ) from None
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0][:200]
+        raise CheckpointError(f"cannot write checkpoint {path}: {why}; free space there (or pick another --logdir), "
+                              "then --resume the run from its last good checkpoint") from None
     finally:
         if tmp.exists():
             tmp.unlink()

@@ -231,10 +231,11 @@ def _plan_precision(probes: ProbeResults, config: Any, choose: Any, critic_dev: 
     different arithmetic the plan takes fp32, the one every device runs well.
     """
     measured = {c.precision for d in {critic_dev, actor_dev} for c in probes.curves(d)} or {"fp32"}
-    value = measured.pop() if len(measured) == 1 else "fp32"
+    mixed = len(measured) > 1
+    value = "fp32" if mixed else next(iter(measured))
     if value == "bf16":
         reason = "this CPU multiplies bf16 natively: the update curves below were measured with bf16 hidden layers"
-    elif len(measured):
+    elif mixed:
         reason = "the learners' devices were measured in different arithmetic; fp32 runs well on all of them"
     else:
         reason = "bf16 would not pay on these learner devices (no native CPU bf16; small MLPs on a GPU are launch-bound)"

@@ -71,7 +71,7 @@ def resume_gap(lead: int) -> int:
 
     Without this hysteresis a sampler at its allowance wakes for every critic update, steps once
     and waits again: about 8 back-off naps per update, whose wake-ups took CPU from the learners
-    (a sampler cost 19 % of a core at 160 steps/s). Waking once per ``lead / 2`` updates steps a
+    (in a ``top`` sample a sampler used 19 % of a core at 160 steps/s). Waking once per ``lead / 2`` updates steps a
     burst instead; the critic still holds ``lead / 2`` transitions of budget when the burst starts,
     so it never waits for data because of it.
     """

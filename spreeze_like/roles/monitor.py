@@ -24,6 +24,8 @@ from typing import Any
 
 import psutil
 
+from spreeze_like.procs.pacing import learn_after
+
 _GiB = float(2**30)
 
 
@@ -74,8 +76,8 @@ class Monitor:
         )
         self.t0 = self.t_last = self.t_console = clock()
         self.before = self._read()
-        # the pacing rule (procs/pacing.learn_after): updates start once this session stored this many
-        self.learn_after = max(int(config.get("batch_size", 1)), int(config.get("learning_starts", 0)))
+        # updates start once this session stored this many (the pacing rule, shared with serial mode)
+        self.learn_after = learn_after(int(config.get("batch_size", 1)), int(config.get("learning_starts", 0)))
         self.sample_hz_ema: float | None = None
         self.recent_return: float | None = None
         self.last_eval: float | None = None

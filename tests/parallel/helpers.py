@@ -71,6 +71,22 @@ def wait_status(run_dir: Path, predicate, timeout: float, proc: subprocess.Popen
     raise AssertionError(f"condition not met within {timeout} s; last status: {status}")
 
 
+def start_long_run(logdir: Path, log: Path, *extra: str, min_steps: int = 350) -> tuple[subprocess.Popen, Path]:
+    """A tiny CLI run with a huge step budget, returned once it passed ``min_steps`` env steps.
+
+    The caller signals or kills it; on a failure while waiting, the process is killed here.
+    """
+    proc = start_cli(*TINY_ARGS, "--total-steps", "100000", *extra, "--logdir", str(logdir), log=log)
+    try:
+        run_dir = only_run_dir(logdir)
+        wait_status(run_dir, lambda s: s["env_steps"] > min_steps, timeout=180, proc=proc, log=log)
+    except BaseException:
+        proc.kill()
+        proc.wait()
+        raise
+    return proc, run_dir
+
+
 def run_pids(run_dir: Path) -> list[int]:
     """Every pid the run's status file names: the supervisor and each role's (last) process."""
     status = read_status(run_dir) or {}

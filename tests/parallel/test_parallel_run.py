@@ -26,6 +26,7 @@ from .helpers import (
     run_segments,
     scalars,
     start_cli,
+    start_long_run,
     text_tags,
     wait_status,
 )
@@ -196,11 +197,9 @@ def test_learner_death_ends_the_run_with_a_clear_message(tmp_path):
 
 
 def test_second_ctrl_c_forces_the_exit_and_still_cleans_up(tmp_path):
-    logdir, log = tmp_path / "runs", tmp_path / "twice.log"
-    proc = start_cli(*TINY_ARGS, "--total-steps", "100000", "--logdir", str(logdir), log=log)
+    log = tmp_path / "twice.log"
+    proc, run_dir = start_long_run(tmp_path / "runs", log)
     try:
-        run_dir = only_run_dir(logdir)
-        wait_status(run_dir, lambda s: s["env_steps"] > 350, timeout=180, proc=proc, log=log)
         proc.send_signal(signal.SIGINT)
         # the second Ctrl-C must land during the orderly stop: wait until the supervisor says it began
         # (a fixed short sleep raced with a loaded machine's scheduling of the main loop)
@@ -219,11 +218,9 @@ def test_second_ctrl_c_forces_the_exit_and_still_cleans_up(tmp_path):
 
 
 def test_sigterm_stops_with_a_checkpoint_and_status_143(tmp_path):
-    logdir, log = tmp_path / "runs", tmp_path / "term.log"
-    proc = start_cli(*TINY_ARGS, "--total-steps", "100000", "--logdir", str(logdir), log=log)
+    log = tmp_path / "term.log"
+    proc, run_dir = start_long_run(tmp_path / "runs", log)
     try:
-        run_dir = only_run_dir(logdir)
-        wait_status(run_dir, lambda s: s["env_steps"] > 350, timeout=180, proc=proc, log=log)
         took = interrupt(proc, signal.SIGTERM, timeout=30)
     finally:
         if proc.poll() is None:
