@@ -226,7 +226,8 @@ class Supervisor:
 
     def _tick(self, timeout: float = 0.05) -> None:
         """Wait a little for a child to exit, then handle deaths, restarts, hangs and the status file."""
-        sentinels = [c.sentinel for c in self.children.values() if c.sentinel is not None]
+        # read each sentinel once: a child that dies between two reads would hand wait() a None
+        sentinels = [s for s in (c.sentinel for c in self.children.values()) if s is not None]
         if sentinels:
             wait(sentinels, timeout=timeout)
         else:
