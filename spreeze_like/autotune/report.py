@@ -86,10 +86,10 @@ def report_text(r: ProbeResults) -> str:
 
 def write_tensorboard(r: ProbeResults, log_dir: str | Path) -> Path:
     """Write the curves and the report to TensorBoard event files in ``log_dir``; returns it."""
-    from torch.utils.tensorboard import SummaryWriter
+    from spreeze_like.event_writer import EventWriter
 
     log_dir = Path(log_dir)
-    writer = SummaryWriter(str(log_dir))
+    writer = EventWriter(log_dir)
     try:
         for c in r.updates:
             prefix = f"updates/{c.device.replace(':', '')}_{c.threads}t"

@@ -170,9 +170,12 @@ def child_main(module: str, args: ChildArgs) -> None:
     # The supervisor's SIGTERM (a child that missed its exit deadline) unwinds like an exception, so
     # ``finally`` blocks still run: the monitor closes its event files instead of losing them.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
-    import torch
+    if args.role.endswith("learner"):
+        import torch
 
-    torch.set_num_threads(args.config.torch_threads if args.role.endswith("learner") else 1)
+        torch.set_num_threads(args.config.torch_threads)
+    else:  # samplers and the evaluator act in numpy; the monitor imports torch for its writer, one thread
+        os.environ["OMP_NUM_THREADS"] = "1"
     _lower_priority(args.role)
     try:
         importlib.import_module(f"spreeze_like.procs.{module}").run(args)

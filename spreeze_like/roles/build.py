@@ -8,17 +8,22 @@ threads (samplers: 1). Every argument that crosses a process boundary (the confi
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from spreeze_like.algos.base import AlgoSpec
+from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.config import TrainConfig
 from spreeze_like.envs import env_info
-from spreeze_like.roles.actor_learner import ActorLearner
-from spreeze_like.roles.critic_learner import CriticLearner
-from spreeze_like.roles.evaluator import Evaluator
 from spreeze_like.roles.ports import ReplaySampler, StatsWriter, TransitionSink, WeightsSink, WeightsSource
-from spreeze_like.roles.sampler import SamplerWorker, random_steps_per_sampler
 from spreeze_like.seeding import derive_seed
+
+if TYPE_CHECKING:
+    from spreeze_like.roles.actor_learner import ActorLearner
+    from spreeze_like.roles.critic_learner import CriticLearner
+    from spreeze_like.roles.evaluator import Evaluator
+    from spreeze_like.roles.sampler import SamplerWorker
+
+# Each builder imports its role's module itself: a sampler or evaluator process then never imports
+# the learners' modules, and with them torch (see algos/numpy_policy.py).
 
 
 def algo_spec(config: TrainConfig) -> AlgoSpec:
@@ -37,6 +42,8 @@ def sampler(
     generation: int = 0,
 ) -> SamplerWorker:
     """Role ``sampler-<index>``."""
+    from spreeze_like.roles.sampler import SamplerWorker, random_steps_per_sampler
+
     random_steps = random_steps_per_sampler(config.learning_starts, config.samplers)
     return SamplerWorker(
         config.env, spec, index, config.envs_per_sampler, random_steps, sink, weights, stats, generation=generation
@@ -52,6 +59,8 @@ def critic_learner(
     stats: StatsWriter,
 ) -> CriticLearner:
     """Role ``critic-learner`` on ``config.critic_device``."""
+    from spreeze_like.roles.critic_learner import CriticLearner
+
     return CriticLearner(
         spec,
         config.critic_device,
@@ -75,6 +84,8 @@ def actor_learner(
     stats: StatsWriter,
 ) -> ActorLearner:
     """Role ``actor-learner`` on ``config.actor_device``."""
+    from spreeze_like.roles.actor_learner import ActorLearner
+
     return ActorLearner(
         spec,
         config.actor_device,
@@ -90,6 +101,8 @@ def actor_learner(
 
 def evaluator(config: TrainConfig, spec: AlgoSpec, weights: WeightsSource, stats: StatsWriter) -> Evaluator:
     """Role ``evaluator``."""
+    from spreeze_like.roles.evaluator import Evaluator
+
     return Evaluator(config.env, spec, weights, stats, config.eval_episodes)
 
 

@@ -14,11 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
-import torch
 
-from spreeze_like.algos import make_policy
-from spreeze_like.algos.base import AlgoSpec
-from spreeze_like.algos.networks import set_flat
+from spreeze_like.algos.numpy_policy import NumpyPolicy
+from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.envs import flat_obs, make_env, reset_env
 from spreeze_like.roles.ports import StatsWriter, WeightsSource
 from spreeze_like.seeding import derive_seed
@@ -46,15 +44,15 @@ class Evaluator:
         self.envs = [make_env(env_id) for _ in range(episodes)]
         limit = self.envs[0].spec.max_episode_steps if self.envs[0].spec is not None else None
         self.max_steps = min(limit or MAX_EVAL_STEPS, MAX_EVAL_STEPS)
-        self.policy = make_policy(spec)
-        self._vec = np.zeros(sum(p.numel() for p in self.policy.parameters()), dtype=np.float32)
+        self.policy = NumpyPolicy(spec)
+        self._vec = np.zeros(self.policy.size, dtype=np.float32)
         self.history: list[EvalResult] = []
 
     def evaluate(self, env_step: int) -> EvalResult:
         """Run one deterministic episode per env with the newest actor; returns and logs the result."""
         version = self.weights.read(self._vec)
         if version > 0:
-            set_flat([self.policy], self._vec)
+            self.policy.load(self._vec)
         n = len(self.envs)
         obs = np.stack(
             [
@@ -66,8 +64,7 @@ class Evaluator:
         lengths = np.zeros(n, dtype=np.int64)
         running = np.ones(n, dtype=bool)
         for _ in range(self.max_steps):
-            with torch.no_grad():
-                actions = self.policy.act_deterministic(torch.from_numpy(obs)).numpy()
+            actions = self.policy.act_deterministic(obs)
             for i in np.flatnonzero(running):
                 o, r, terminated, truncated, _ = self.envs[i].step(actions[i])
                 obs[i] = flat_obs(o)

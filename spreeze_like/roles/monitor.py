@@ -3,10 +3,11 @@
 Roles only push numbers into their stats blocks (counters, mean accumulators, gauges; see
 :mod:`spreeze_like.metrics`). The :class:`Monitor` reads every block at a fixed period
 (``tb_interval`` seconds), turns counter deltas into rates and mean-accumulator deltas into means
-over the period, and writes them with one ``SummaryWriter`` at the current global env step. So a
-learner's logging cost is a few float adds per update, whatever the TensorBoard rate.
+over the period, and writes them with one :class:`~spreeze_like.event_writer.EventWriter` at the
+current global env step. So a learner's logging cost is a few float adds per update, whatever the
+TensorBoard rate.
 
-It owns the run's event files (``SummaryWriter(run_dir)``; closed by :meth:`close`), and nothing
+It owns the run's event files (``EventWriter(run_dir)``; closed by :meth:`close`), and nothing
 shared. On resume it is created with ``purge_step`` = the checkpoint's env step + 1, so TensorBoard
 drops the points the previous session wrote after that checkpoint and the curve continues.
 
@@ -65,14 +66,14 @@ class Monitor:
         print_fn: Callable[[str], None] = print,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        from torch.utils.tensorboard import SummaryWriter
+        from spreeze_like.event_writer import EventWriter
 
         self.snapshot, self.total_steps, self.start_step = snapshot, total_steps, start_step
         self.tb_interval, self.log_interval, self.print_fn, self.clock = tb_interval, log_interval, print_fn, clock
-        self.writer = SummaryWriter(str(run_dir), purge_step=purge_step)
-        self.writer.add_text("hyperparameters", _markdown_table(config), global_step=start_step)
+        self.writer = EventWriter(run_dir, purge_step=purge_step)
+        self.writer.add_text("hyperparameters", _markdown_table(config), start_step)
         self.writer.add_text(
-            "config", "```\n" + json.dumps(dict(config), indent=2, sort_keys=True) + "\n```", global_step=start_step
+            "config", "```\n" + json.dumps(dict(config), indent=2, sort_keys=True) + "\n```", start_step
         )
         self.t0 = self.t_last = self.t_console = clock()
         self.before = self._read()

@@ -19,8 +19,8 @@ The rules that make the data right:
   generation)``; later resets continue the env's own RNG. Policy noise and warm-up actions use
   this sampler's own generators, which are part of its checkpointed state.
 
-Policy inference is ``torch.no_grad`` on the CPU; the caller sets torch to one thread in a sampler
-process (``torch.set_num_threads(1)``), a small MLP does not gain from more.
+Policy inference is a :class:`~spreeze_like.algos.numpy_policy.NumpyPolicy` over the published
+actor vector: a sampler process never imports torch (see that module for why).
 """
 
 from __future__ import annotations
@@ -29,11 +29,9 @@ import math
 from typing import Any
 
 import numpy as np
-import torch
 
-from spreeze_like.algos import make_policy
-from spreeze_like.algos.base import AlgoSpec
-from spreeze_like.algos.networks import set_flat
+from spreeze_like.algos.numpy_policy import NumpyPolicy
+from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.envs import flat_obs, make_env, reset_env
 from spreeze_like.roles.ports import StatsWriter, TransitionSink, WeightsSource, observe
 from spreeze_like.seeding import derive_seed
@@ -71,11 +69,11 @@ class SamplerWorker:
         self.sink, self.weights, self.stats = sink, weights, stats
         self.layout = TransitionLayout(spec.obs_dim, spec.act_dim)
         self.envs = [make_env(env_id) for _ in range(n_envs)]
-        self.policy = make_policy(spec)
+        self.policy = NumpyPolicy(spec)
         self.version = 0  # board version of the weights in self.policy; 0: none loaded yet (act randomly)
-        self._vec = np.zeros(sum(p.numel() for p in self.policy.parameters()), dtype=np.float32)
+        self._vec = np.zeros(self.policy.size, dtype=np.float32)
         self.rng = np.random.default_rng(derive_seed(spec.seed, "sampler/actions", index, generation))
-        self.noise = torch.Generator().manual_seed(derive_seed(spec.seed, "sampler/noise", index, generation))
+        self.noise = np.random.default_rng(derive_seed(spec.seed, "sampler/noise", index, generation))
         self.env_steps = 0  # over this sampler's envs, across resumes
         self.episodes = 0
         self.obs = np.stack(
@@ -131,16 +129,14 @@ class SamplerWorker:
         n = len(self.envs)
         if self.env_steps < self.random_steps or self.version == 0:
             return self.rng.uniform(-1.0, 1.0, size=(n, self.spec.act_dim)).astype(np.float32)
-        with torch.no_grad():
-            obs = torch.from_numpy(self.obs)
-            return self.policy.explore(obs, self.noise, self.spec.exploration_noise).numpy()
+        return self.policy.explore(self.obs, self.noise, self.spec.exploration_noise).astype(np.float32, copy=False)
 
     def _refresh_policy(self) -> None:
         newest = self.weights.version()
         if newest > self.version:
             version = self.weights.read(self._vec)
             if version > 0:
-                set_flat([self.policy], self._vec)
+                self.policy.load(self._vec)
                 self.version = version
                 self.stats.set("policy_version", float(version))
         if self.version > 0:
@@ -157,14 +153,15 @@ class SamplerWorker:
             "env_steps": self.env_steps,
             "episodes": self.episodes,
             "rng": self.rng.bit_generator.state,
-            "noise": self.noise.get_state(),
+            "noise_rng": self.noise.bit_generator.state,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.env_steps = int(state["env_steps"])
         self.episodes = int(state["episodes"])
         self.rng.bit_generator.state = state["rng"]
-        self.noise.set_state(state["noise"])
+        if "noise_rng" in state:  # checkpoints before the numpy policy held a torch generator: keep the seeded one
+            self.noise.bit_generator.state = state["noise_rng"]
 
 
 def random_steps_per_sampler(learning_starts: int, samplers: int) -> int:

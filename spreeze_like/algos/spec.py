@@ -1,0 +1,46 @@
+"""The algorithm spec: sizes and hyperparameters of one algorithm instance.
+
+A module of its own, without torch, so that the roles that never train (samplers, the evaluator)
+can describe their policy without importing torch (a second of CPU per process at start).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class AlgoSpec:
+    """Sizes and hyperparameters of one algorithm instance (picklable: sent to learner processes)."""
+
+    algo: str
+    obs_dim: int
+    act_dim: int
+    hidden_sizes: tuple[int, ...] = (256, 256)
+    gamma: float = 0.99
+    tau: float = 0.005
+    actor_lr: float = 3e-4
+    critic_lr: float = 1e-3
+    alpha_lr: float = 1e-3
+    alpha_init: float = 1.0
+    target_entropy: float | None = None
+    policy_delay: int = 1
+    policy_noise: float = 0.2
+    noise_clip: float = 0.5
+    exploration_noise: float = 0.1
+    precision: str = "fp32"  # resolved: "fp32" or "bf16" (autocast of the hidden layers)
+    seed: int = 1
+
+    @classmethod
+    def from_config(cls, config: Any, obs_dim: int, act_dim: int) -> AlgoSpec:
+        """From a resolved :class:`~spreeze_like.config.TrainConfig` and the env's sizes."""
+        names = [f for f in cls.__dataclass_fields__ if f not in ("algo", "obs_dim", "act_dim")]
+        values = {n: getattr(config, n) for n in names}
+        values["hidden_sizes"] = tuple(values["hidden_sizes"])
+        return cls(algo=config.algo, obs_dim=obs_dim, act_dim=act_dim, **values)
+
+    @property
+    def n_q(self) -> int:
+        return 1 if self.algo == "ddpg" else 2
+
