@@ -202,8 +202,13 @@ class Monitor:
         return "[spreeze] " + " | ".join(parts)
 
     def close(self) -> None:
-        """Write a last point (unless one was just written: rates over a few ms are noise) and close."""
-        if self.clock() - self.t_last >= 0.5:
+        """Write a last point at the final step, then close.
+
+        Skipped only when the last point is recent *and* at the final step already (rates over a few
+        ms are noise): a short resumed run can reach its last step within a fraction of a second of
+        the previous point, and the curve must still end at the run's final step.
+        """
+        if self.clock() - self.t_last >= 0.5 or self.global_step() != self.global_step(self.before):
             self.write()
         else:
             self._eval_scalars(self._read())

@@ -61,3 +61,28 @@ def test_rates_means_and_eval(tmp_path):
     assert got["eval/episodic_return"] == [(560, pytest.approx(-150.0))]  # once, at its own step
     assert "hw/cpu_percent" in got and "hw/mem_used" in got
     assert any("hyperparameters" in t for t in text_tags(tmp_path))
+
+
+def test_the_curve_ends_at_the_final_step_even_right_after_a_point(tmp_path):
+    """A fast run can reach its last step a fraction of a second after the previous point."""
+    block, clock = LocalStatsBlock(stats_schema(1)), Clock()
+    monitor = Monitor(tmp_path, block.snapshot, {"env": "X"}, total_steps=1000, tb_interval=1.0, clock=clock)
+    sampler = block.role("sampler-0")
+    sampler.add("env_steps", 300)
+    clock.t += 1.0
+    assert monitor.poll()
+    sampler.add("env_steps", 94)  # the last steps, 0.1 s later
+    clock.t += 0.1
+    monitor.close()
+    assert scalars(tmp_path)["charts/SPS"][-1][0] == 394
+
+
+def test_no_duplicate_point_when_nothing_moved(tmp_path):
+    block, clock = LocalStatsBlock(stats_schema(1)), Clock()
+    monitor = Monitor(tmp_path, block.snapshot, {"env": "X"}, total_steps=1000, tb_interval=1.0, clock=clock)
+    block.role("sampler-0").add("env_steps", 300)
+    clock.t += 1.0
+    assert monitor.poll()
+    clock.t += 0.1
+    monitor.close()
+    assert [s for s, _ in scalars(tmp_path)["charts/SPS"]] == [300]
