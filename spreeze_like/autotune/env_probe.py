@@ -1,7 +1,7 @@
 """Env probes: how fast one process steps the env, alone and as a sampler with policy inference.
 
-Runs inside the probe worker process (:mod:`spreeze_like.autotune.worker`) with one torch thread,
-the setting every sampler uses. Three figures:
+Runs inside the probe worker process (:mod:`spreeze_like.autotune.worker`), spawned with one BLAS
+thread like every sampler process (samplers act with a numpy policy). Three figures:
 
 * ``step``: ``env.step`` with pre-drawn random actions, resetting on episode ends -- the env's own
   cost, the ceiling of any sampler.
@@ -85,7 +85,7 @@ def probe_env(
     """All env figures within about ``budget_s`` seconds (a fifth for the raw step, the rest shared)."""
     import torch
 
-    torch.set_num_threads(1)  # what every sampler process runs with
+    torch.set_num_threads(1)  # the probe worker's setting for this part (samplers act in numpy, one BLAS thread)
     raw_budget = 0.2 * budget_s
     step = raw_step_rate(env_id, raw_budget)
     progress(f"env {env_id}: env.step alone {step.text()}")

@@ -9,7 +9,7 @@ probe                  share       where it runs
 hardware facts, GPUs   (fixed)     this process (psutil, /proc) + a GPU subprocess
 memcpy bandwidth       2%          this process (numpy only)
 ring throughput        5%          a spawned producer -> this process, through a real Ring
-env step rates         15%         the probe worker (1 torch thread)
+env step rates         15%         the probe worker (sampler loop, numpy policy)
 update curves          the rest    the probe worker: CPU at 1 thread, CPU at all usable cores,
                                    and each GPU; GPUs weigh twice the CPU curves when present
 =====================  ==========  ==============================================================

@@ -59,7 +59,7 @@ def report_text(r: ProbeResults) -> str:
         f"  memcpy (1 process, 64 MiB)     {r.memcpy.value / 1e9:8.1f} GB/s{_flag(r.memcpy)}",
         (f"  ring (process -> process)      {r.ring.value:14,.0f} transitions/s of {width} float32 "
         f"({r.ring.value * width * 4 / 1e9:.1f} GB/s){_flag(r.ring)}"),
-        f"env {r.env_id} (obs {r.env.obs_dim}, action {r.env.act_dim}), 1 torch thread",
+        f"env {r.env_id} (obs {r.env.obs_dim}, action {r.env.act_dim}), sampler loop with its numpy policy",
         f"  env.step alone                 {r.env.step.value:14,.0f} steps/s{_flag(r.env.step)}",
         (f"  with policy (1 env, 1 forward) {r.env.step_with_policy.value:14,.0f} steps/s"
         f"{_flag(r.env.step_with_policy)}"),

@@ -100,7 +100,7 @@ class EnvRates:
     obs_dim: int
     act_dim: int
     step: Rate  # env.step alone, random actions
-    step_with_policy: Rate  # one env, one actor forward (1 torch thread) per step
+    step_with_policy: Rate  # one env, one actor forward (the sampler's numpy policy) per step
     per_sampler: dict[int, Rate] = field(default_factory=dict)
 
     def best_envs_per_sampler(self, tolerance: float = 0.05) -> int:

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from spreeze_like.autotune.results import EnvRates, UpdateCurve, _build
+from spreeze_like.procs.children import child_environment
 
 
 @dataclass(frozen=True)
@@ -93,7 +94,8 @@ def run_worker(
     error = ""
     deadline = time.monotonic() + hard_timeout_s
     try:
-        proc.start()
+        with child_environment():  # numpy's BLAS threads as in a sampler process, so the env probe measures that
+            proc.start()
         while True:
             try:
                 kind, payload = out.get(timeout=0.5)

@@ -52,8 +52,8 @@ def start_ignoring_sigint(process: Any) -> None:
 # unpickles its arguments, before any code of ours runs, and OpenBLAS reads its thread count then.
 # With the default (one thread per core) every small matmul of the numpy policy wakes a second
 # thread that spins: twice the CPU for no gain (measured: 7.1 vs 3.5 us of CPU for a 1x256 @
-# 256x256 product). The learners' torch threads are set separately (--torch-threads).
-CHILD_ENV = {"OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+# 256x256 product). Torch's own threads are set separately (learners: --torch-threads).
+CHILD_ENV = {"OPENBLAS_NUM_THREADS": "1"}
 
 
 @contextlib.contextmanager
