@@ -174,8 +174,8 @@ def child_main(module: str, args: ChildArgs) -> None:
         import torch
 
         torch.set_num_threads(args.config.torch_threads)
-    else:  # samplers and the evaluator act in numpy; the monitor imports torch for its writer, one thread
-        os.environ["OMP_NUM_THREADS"] = "1"
+    else:  # samplers, evaluator and monitor never import torch (numpy policy, tensorboard writer); if a
+        os.environ["OMP_NUM_THREADS"] = "1"  # user's env module does, it gets one thread, read at its import
     _lower_priority(args.role)
     try:
         importlib.import_module(f"spreeze_like.procs.{module}").run(args)

@@ -6,7 +6,9 @@ vector from its weights source, and runs one episode per env with the determinis
 forward per step. Env ``i`` starts every evaluation from the same seed, ``derive_seed(seed,
 "evaluator", i)``, so successive evaluations differ only by the policy and the curve is not noise
 from new start states. Results go to the stats block (``eval_return`` etc., picked up by the
-monitor) and are returned. Owns no shared resource.
+monitor) and are returned. Owns no shared resource. It acts with a
+:class:`~spreeze_like.algos.numpy_policy.NumpyPolicy` (no torch in the evaluator's process); before
+any actor vector is published (version 0) that policy's action is 0, the middle of the action box.
 """
 
 from __future__ import annotations

@@ -64,11 +64,11 @@ def test_a_vector_of_the_wrong_size_is_refused() -> None:
         numpy_policy.load(np.zeros(numpy_policy.size + 1, dtype=np.float32))
 
 
-def test_acting_roles_do_not_import_torch() -> None:
-    """The point of the numpy policy: a sampler or evaluator process never pays for importing torch."""
+def test_sampler_evaluator_and_monitor_modules_do_not_import_torch() -> None:
+    """The point of the numpy policy (and of the event writer): only the learner processes import torch."""
     code = (
         "import sys\n"
-        "from spreeze_like.procs import sampler_proc, evaluator_proc\n"
+        "from spreeze_like.procs import sampler_proc, evaluator_proc, monitor_proc\n"
         "from spreeze_like.roles import build\n"
         "from spreeze_like.roles.sampler import SamplerWorker\n"
         "from spreeze_like.roles.evaluator import Evaluator\n"
