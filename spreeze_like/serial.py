@@ -209,7 +209,7 @@ class SerialTrainer:
             first = str(exc).strip().splitlines()[0][:200]
             raise CheckpointError(
                 f"{self.context.checkpoint_path} does not fit this config ({first}); resume with the settings "
-                "of the run that wrote it"
+                "and the spreeze_like version of the run that wrote it"
             ) from None
         self.update_credit = float(payload.get("update_credit", 0.0))
         self.evals = [(int(e[0]), float(e[1]), float(e[2])) for e in payload.get("evals", [])]

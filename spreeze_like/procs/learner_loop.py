@@ -29,7 +29,7 @@ def restore(learner: Any, args: ChildArgs, role: str) -> None:
     except (RuntimeError, KeyError, ValueError) as exc:  # other hidden sizes, say
         first = str(exc).strip().splitlines()[0][:200]
         raise CheckpointError(f"{args.checkpoint_path} does not fit this config ({first}); resume with the "
-                              "settings of the run that wrote it") from None
+                              "settings and the spreeze_like version of the run that wrote it") from None
 
 
 class LearnerLoop:
