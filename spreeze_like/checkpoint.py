@@ -80,6 +80,23 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
     _fsync_dir(path.parent)
 
 
+# Exceptions a state_dict load raises when the checkpoint's shapes or layout differ from the networks
+# built from this config (other hidden sizes, another spreeze_like version's optimiser groups).
+LOAD_MISMATCH = (RuntimeError, KeyError, ValueError)
+
+
+def mismatch_error(path: str | Path, exc: Exception) -> CheckpointError:
+    """The one-line error for a checkpoint whose state does not load into this config's networks."""
+    first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
+    return CheckpointError(f"{path} does not fit this config ({first}); resume with the settings and the "
+                           "spreeze_like version of the run that wrote it")
+
+
+def resume_hint(checkpoint: str | Path | None, run_dir: str | Path) -> str:
+    """The end of every "the run stopped" message: where to continue from."""
+    return f"the last good checkpoint is {checkpoint or 'none'}; resume with --resume {run_dir}"
+
+
 def nonfinite_tensors(obj: Any, prefix: str = "") -> list[str]:
     """Paths of the floating-point tensors in a nested dict/list that hold a NaN or inf."""
     if isinstance(obj, torch.Tensor):

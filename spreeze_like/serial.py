@@ -27,7 +27,15 @@ from typing import Any
 
 import torch
 
-from spreeze_like.checkpoint import capture_process_rng, list_checkpoints, restore_process_rng, save_checkpoint
+from spreeze_like.checkpoint import (
+    LOAD_MISMATCH,
+    capture_process_rng,
+    list_checkpoints,
+    mismatch_error,
+    restore_process_rng,
+    resume_hint,
+    save_checkpoint,
+)
 from spreeze_like.config import TrainConfig
 from spreeze_like.errors import CheckpointError, NonFiniteError
 from spreeze_like.metrics import stats_schema
@@ -136,8 +144,8 @@ class SerialTrainer:
         except NonFiniteError as exc:
             self.close(check=False)
             found = list_checkpoints(self.context.run_dir)
-            raise NonFiniteError(f"{exc}. The run stopped; the last good checkpoint is "
-                                 f"{found[-1] if found else 'none'}; resume with --resume {self.context.run_dir}") from None
+            hint = resume_hint(found[-1] if found else None, self.context.run_dir)
+            raise NonFiniteError(f"{exc}. The run stopped; {hint}") from None
         self.close()
         return TrainResult(
             run_dir=self.context.run_dir,
@@ -205,12 +213,8 @@ class SerialTrainer:
                 s.load_state_dict(roles[f"sampler-{s.index}"])
             self.critic.load_state_dict(roles["critic-learner"])
             self.actor.load_state_dict(roles["actor-learner"])
-        except (RuntimeError, KeyError, ValueError) as exc:  # shape mismatch: other hidden sizes, say
-            first = str(exc).strip().splitlines()[0][:200]
-            raise CheckpointError(
-                f"{self.context.checkpoint_path} does not fit this config ({first}); resume with the settings "
-                "and the spreeze_like version of the run that wrote it"
-            ) from None
+        except LOAD_MISMATCH as exc:  # shape mismatch: other hidden sizes, say
+            raise mismatch_error(self.context.checkpoint_path, exc) from None
         self.update_credit = float(payload.get("update_credit", 0.0))
         self.evals = [(int(e[0]), float(e[1]), float(e[2])) for e in payload.get("evals", [])]
         restore_process_rng(payload["process_rng"])

@@ -37,7 +37,8 @@ from multiprocessing.connection import wait
 from pathlib import Path
 from typing import Any
 
-from spreeze_like.algos.base import AlgoSpec
+from spreeze_like.algos.spec import AlgoSpec
+from spreeze_like.checkpoint import resume_hint
 from spreeze_like.config import TrainConfig
 from spreeze_like.envs import env_info
 from spreeze_like.errors import ShmError, SpreezeError
@@ -247,26 +248,17 @@ class Supervisor:
     def _on_death(self, child: RoleProcess, now: float) -> None:
         how = describe_exit(child.last_exit)
         if child.last_exit == EXIT_USER_ERROR:  # a one-line user error (bad checkpoint, env raising on reset)
-            path = error_file(self.run_dir, child.role)
-            self.user_error = path.read_text().strip() if path.is_file() else f"{child.role} failed"
-            path.unlink(missing_ok=True)
-            self.failure = self.user_error
+            self.user_error = self.failure = self._take_error_line(child)
         elif child.last_exit == EXIT_ROLE_ERROR:  # a training failure the child explained (NaN/inf in a learner)
-            path = error_file(self.run_dir, child.role)
-            said = path.read_text().strip() if path.is_file() else f"{child.role} failed"
-            path.unlink(missing_ok=True)
-            self.failure = (f"{said}. The run stopped; the last good checkpoint is {self._last_checkpoint() or 'none'}; "
-                            f"resume with --resume {self.run_dir}")
+            self.failure = f"{self._take_error_line(child)}. The run stopped; {self._resume_hint()}"
         elif self.state == "exiting":
             return  # told to exit
         elif not child.restartable:
-            self.failure = (f"{child.role} (pid {child.pid}) died ({how}); the run stopped. The last good checkpoint "
-                            f"is {self._last_checkpoint() or 'none'}; resume with --resume {self.run_dir}")
+            self.failure = f"{child.role} (pid {child.pid}) died ({how}); the run stopped; {self._resume_hint()}"
         elif child.over_budget(now):
             self.failure = (f"{child.role} (pid {child.pid}) died ({how}), {child.recent_deaths(now)} deaths within "
                             f"{RESTART_WINDOW_S / 60:.0f} minutes, more than --max-restarts {child.max_restarts}; the "
-                            f"run stopped (its error is above). The last good checkpoint is "
-                            f"{self._last_checkpoint() or 'none'}; resume with --resume {self.run_dir}")
+                            f"run stopped (its error is above); {self._resume_hint()}")
         elif self.state in ("running", "finishing"):
             delay = child.schedule_restart(now)
             self.say(f"[spreeze] {child.role} (pid {child.pid}) died ({how}); restarting it in {delay:.0f} s")
@@ -282,8 +274,7 @@ class Supervisor:
                 child.kill_now()
                 if not child.restartable:
                     child.new_death()
-                    self.failure = (f"{role} (pid {child.pid}) hung for {age:.0f} s and was killed; the last good "
-                                    f"checkpoint is {self._last_checkpoint() or 'none'}; resume with --resume {self.run_dir}")
+                    self.failure = f"{role} (pid {child.pid}) hung for {age:.0f} s and was killed; {self._resume_hint()}"
 
     def _global_step(self, snap: dict[str, dict[str, float]]) -> int:
         steps = self.context.start_step + int(sum(snap[f"sampler-{i}"]["env_steps"] for i in range(self.config.samplers)))
@@ -420,6 +411,16 @@ class Supervisor:
         steps = int(snap.get(SUPERVISOR, {}).get("env_steps", 0))
         write_status(self.run_dir, self.run_id, self.state, steps, self.config.total_steps, self._last_checkpoint(),
                      self.failure, self.children, snap, final=force)
+
+    def _take_error_line(self, child: RoleProcess) -> str:
+        """The one line a child left in its error file (removed once read), or a generic one."""
+        path = error_file(self.run_dir, child.role)
+        said = path.read_text().strip() if path.is_file() else f"{child.role} failed"
+        path.unlink(missing_ok=True)
+        return said
+
+    def _resume_hint(self) -> str:
+        return resume_hint(self._last_checkpoint(), self.run_dir)
 
     def _last_checkpoint(self) -> Path | None:
         return self.ckpt.last if hasattr(self, "ckpt") else self.context.checkpoint_path

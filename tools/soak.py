@@ -49,7 +49,9 @@ from pathlib import Path
 from typing import Any
 
 from spreeze_like.checkpoint import load_latest
+from spreeze_like.ipc.naming import list_our_files, pid_alive
 from spreeze_like.procs import pacing
+from spreeze_like.procs.evaluator_proc import read_results
 
 SIGTERM_EXIT = 128 + signal.SIGTERM
 
@@ -66,14 +68,6 @@ def read_json(path: Path) -> dict[str, Any] | None:
         return json.loads(path.read_text())
     except (FileNotFoundError, json.JSONDecodeError):
         return None
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(")")[-1].split()[0] != "Z"
-    except (FileNotFoundError, ProcessLookupError):
-        return False
 
 
 class SoakRun:
@@ -130,10 +124,7 @@ class SoakRun:
             self.kills.append((time.monotonic() - self.t0, role, pid))
 
     def evals(self) -> list[dict[str, Any]]:
-        path = self.run_dir / "evals.jsonl" if self.run_dir else None
-        if not path or not path.is_file():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return read_results(self.run_dir) if self.run_dir else []
 
 
 def drive(runs: list[SoakRun], minutes: float, kill_every: float, seed: int) -> None:
@@ -189,7 +180,7 @@ def leftovers(run: SoakRun, statuses: list[dict[str, Any]]) -> dict[str, list]:
             if p}
     pids |= {pid for _, _, pid in run.kills}
     run_ids = {s.get("run_id") for s in statuses if s.get("run_id")}
-    shm = [n for n in os.listdir("/dev/shm") if any(rid in n for rid in run_ids)]
+    shm = [n for rid in sorted(run_ids) for n in list_our_files(run_id=rid)]
     return {"processes": sorted(p for p in pids if pid_alive(p)), "shm": shm}
 
 

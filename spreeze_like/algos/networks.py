@@ -15,7 +15,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+from spreeze_like.algos.spec import LOG_STD_MAX, LOG_STD_MIN
+
 _HALF_LOG_2PI = 0.5 * math.log(2.0 * math.pi)
 
 

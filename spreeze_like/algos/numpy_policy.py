@@ -26,10 +26,7 @@ import itertools
 
 import numpy as np
 
-from spreeze_like.algos.spec import AlgoSpec
-
-# Must match algos/networks.py (kept torch-free here; the test compares the two).
-LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+from spreeze_like.algos.spec import LOG_STD_MAX, LOG_STD_MIN, AlgoSpec
 
 
 class NumpyPolicy:

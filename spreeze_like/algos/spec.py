@@ -9,6 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+# The SAC actor's log-std range (CleanRL's soft clamp), shared by the torch actor (algos/networks.py)
+# and the numpy one of samplers and the evaluator (algos/numpy_policy.py).
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
 
 @dataclass(frozen=True)
 class AlgoSpec:

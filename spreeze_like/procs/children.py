@@ -51,8 +51,8 @@ def start_ignoring_sigint(process: Any) -> None:
 # Set in a child's environment at spawn unless the user set them: numpy is loaded while the child
 # unpickles its arguments, before any code of ours runs, and OpenBLAS reads its thread count then.
 # With the default (one thread per core) every small matmul of the numpy policy wakes a second
-# thread that spins: twice the CPU for no gain (measured: 7.1 vs 3.5 us of CPU for a 1x256 @
-# 256x256 product). Torch's own threads are set separately (learners: --torch-threads).
+# thread that spins: twice the CPU for no gain (an ad-hoc timing here: 7.1 vs 3.5 us of CPU for a
+# 1x256 @ 256x256 product). Torch's own threads are set separately (learners: --torch-threads).
 CHILD_ENV = {"OPENBLAS_NUM_THREADS": "1"}
 
 

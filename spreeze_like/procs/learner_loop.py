@@ -14,8 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from spreeze_like.checkpoint import load_checkpoint
-from spreeze_like.errors import CheckpointError
+from spreeze_like.checkpoint import LOAD_MISMATCH, load_checkpoint, mismatch_error
 from spreeze_like.procs.control import DONE, ChildArgs, Control, Napper, set_state
 from spreeze_like.procs.parts import write_part
 
@@ -26,10 +25,8 @@ def restore(learner: Any, args: ChildArgs, role: str) -> None:
         return
     try:
         learner.load_state_dict(load_checkpoint(args.checkpoint_path)["roles"][role])
-    except (RuntimeError, KeyError, ValueError) as exc:  # other hidden sizes, say
-        first = str(exc).strip().splitlines()[0][:200]
-        raise CheckpointError(f"{args.checkpoint_path} does not fit this config ({first}); resume with the "
-                              "settings and the spreeze_like version of the run that wrote it") from None
+    except LOAD_MISMATCH as exc:  # other hidden sizes, say
+        raise mismatch_error(args.checkpoint_path, exc) from None
 
 
 class LearnerLoop:

@@ -16,9 +16,8 @@ or :class:`~spreeze_like.algos.base.ActorPart`) by its role. Where the check liv
   parameters, a step they would take anyway), the algorithm's ``updates`` count (pacing counts
   the batch as consumed), the generator draws. Its metrics are masked out of the TensorBoard means;
   with prioritized replay its TD errors are not written as priorities.
-- Optimisers run in order (SAC's critic: Q, then alpha), so a step is skipped from the first
-  optimiser whose gradients are non-finite on. The Q loss depends on every batch field, so in
-  practice the first optimiser sees any bad batch and the whole step is skipped.
+- Each algorithm half has one optimiser (SAC's critic: the Q networks and ``log_alpha`` as two
+  parameter groups of one Adam), so a step is applied or skipped as a whole.
 
 Counting: skipped steps, and the longest run of consecutive skipped steps, accumulate in device
 tensors; :meth:`NonFiniteGuard.check` reads them (one sync) every ``check_every`` steps and before
@@ -36,11 +35,11 @@ Owns no process and no shared resource: tensors on the learner's device, dropped
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import torch
 
+from spreeze_like.checkpoint import nonfinite_tensors
 from spreeze_like.errors import NonFiniteError
 
 
@@ -109,21 +108,14 @@ class NonFiniteGuard:
                 "observations, or lower the learning rates"
             )
 
-    def _tensors(self) -> Iterator[tuple[str, torch.Tensor]]:
-        for name, module in self.part.modules.items():
-            for key, t in module.state_dict().items():
-                yield f"{name}.{key}", t
-        for name, optimizer in self.part.optimizers.items():
-            for state in optimizer.state.values():
-                for key, t in state.items():
-                    if isinstance(t, torch.Tensor):
-                        yield f"{name}.{key}", t
-        for name, t in self.part.tensors.items():
-            yield name, t
-
     def assert_finite_state(self) -> None:
         """Raise NonFiniteError if any parameter, buffer or optimiser tensor of the part is NaN or inf."""
-        bad = [name for name, t in self._tensors() if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+        state = {
+            **{name: module.state_dict() for name, module in self.part.modules.items()},
+            **{name: list(optimizer.state.values()) for name, optimizer in self.part.optimizers.items()},
+            **self.part.tensors,
+        }
+        bad = [path.lstrip("/") for path in nonfinite_tensors(state)]
         if bad:
             raise NonFiniteError(
                 f"{self.role}: non-finite values in {', '.join(bad[:3])}{' ...' if len(bad) > 3 else ''}; no "
