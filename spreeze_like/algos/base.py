@@ -31,6 +31,7 @@ import torch
 from torch import nn
 
 from spreeze_like.algos.networks import Critic, get_flat, numel, params_of, set_flat, soft_update
+from spreeze_like.algos.optim import FusedAdam
 from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.seeding import derive_seed
 
@@ -68,7 +69,7 @@ class _Part:
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(derive_seed(spec.seed, role + "/noise"))
         self.modules: dict[str, nn.Module] = {}
-        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+        self.optimizers: dict[str, FusedAdam] = {}
         self.tensors: dict[str, torch.Tensor] = {}
         if spec.precision not in ("fp32", "bf16"):
             raise ValueError(f"precision must be resolved to fp32 or bf16, got {spec.precision!r}")
@@ -116,9 +117,7 @@ class _Part:
         for k, m in self.modules.items():
             m.load_state_dict(state["modules"][k])
         for k, o in self.optimizers.items():
-            # deepcopy: Optimizer.load_state_dict keeps same-device tensors by reference, which would
-            # tie this optimiser's moments to the source's (only matters for in-process copies)
-            o.load_state_dict(copy.deepcopy(state["optimizers"][k]))
+            o.load_state_dict(state["optimizers"][k])  # copies the moments: never tied to the source's
         with torch.no_grad():
             for k, t in self.tensors.items():
                 t.copy_(state["tensors"][k])
@@ -133,7 +132,7 @@ class CriticPart(_Part):
         self.critic = self.build_critic()
         self.critic_target = self.frozen_copy(self.critic)
         self.actor = self.build_actor().requires_grad_(False)  # copy of the actor learner's network
-        self.q_optimizer = torch.optim.Adam(self.critic.parameters(), lr=spec.critic_lr, fused=True)
+        self.q_optimizer = FusedAdam(self.critic.parameters(), lr=spec.critic_lr)
         self.modules.update(critic=self.critic, critic_target=self.critic_target, actor_copy=self.actor)
         self.optimizers["q_optimizer"] = self.q_optimizer
         self.critic_params, self.critic_target_params = params_of([self.critic]), params_of([self.critic_target])
@@ -190,7 +189,7 @@ class ActorPart(_Part):
         super().__init__(spec, device, "actor-learner")
         self.actor = self.build_actor()
         self.critic = self.build_critic().requires_grad_(False)  # copy of the critic learner's network
-        self.actor_optimizer = torch.optim.Adam(self.actor.parameters(), lr=spec.actor_lr, fused=True)
+        self.actor_optimizer = FusedAdam(self.actor.parameters(), lr=spec.actor_lr)
         self.modules.update(actor=self.actor, critic_copy=self.critic)
         self.optimizers["actor_optimizer"] = self.actor_optimizer
         self.actor_params, self.critic_params = params_of([self.actor]), params_of([self.critic])

@@ -47,8 +47,8 @@ class NonFiniteGuard:
     """See the module docstring.
 
     Args:
-        part: the learner half whose optimisers are guarded (each must be a fused Adam, which
-            honours ``found_inf``; a non-fused one raises on its first step, loudly).
+        part: the learner half whose optimisers are guarded (each a
+            :class:`~spreeze_like.algos.optim.FusedAdam`, which honours ``found_inf``).
         role: role name for messages (``critic-learner``, ``actor-learner``).
         stats: the role's stats writer (counter ``nonfinite_steps``).
         max_in_row: consecutive skipped steps that end the run.
@@ -70,7 +70,7 @@ class NonFiniteGuard:
             optimizer.found_inf = self.found
             optimizer.register_step_pre_hook(self._check_gradients)
 
-    def _check_gradients(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+    def _check_gradients(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         grads = [p.grad for group in optimizer.param_groups for p in group["params"] if p.grad is not None]
         if grads:
             torch._amp_foreach_non_finite_check_and_unscale_(grads, self.found, self._one)
