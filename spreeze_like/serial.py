@@ -15,11 +15,21 @@ the parallel mode must beat. Nothing here is shared memory: a crash leaves only 
 (with its last checkpoint) behind. A learner that stops on NaN/inf
 (:class:`~spreeze_like.errors.NonFiniteError`) ends the run with a message naming the last good
 checkpoint; no checkpoint is written from a non-finite state.
+
+Ctrl-C and SIGTERM (when ``train()`` runs in the main thread) are turned into a stop request that the
+loop reads between env steps, as the parallel supervisor does: the run stops after the current step
+and its updates, writes a checkpoint, and raises ``KeyboardInterrupt`` (SIGTERM: ``SystemExit(143)``).
+A second signal raises at once, without a checkpoint. Why not let ``KeyboardInterrupt`` land anywhere:
+it can land inside ``torch.autocast.__enter__`` after the nesting count went up, which leaves the
+bf16 weight-cast cache of this thread on for good; a later ``train()`` in the same process then
+computes with its networks' first weights forever and learns nothing (seen in the benchmark, which
+runs and interrupts several runs in one process).
 """
 
 from __future__ import annotations
 
 import math
+import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -39,6 +49,7 @@ from spreeze_like.checkpoint import (
 from spreeze_like.config import TrainConfig
 from spreeze_like.errors import CheckpointError, NonFiniteError
 from spreeze_like.metrics import stats_schema
+from spreeze_like.procs.children import StopSignals
 from spreeze_like.roles import build
 from spreeze_like.roles.monitor import Monitor
 from spreeze_like.roles.ports import LocalBoard, LocalStatsBlock
@@ -111,8 +122,10 @@ class SerialTrainer:
         steps = self.env_steps()
         next_eval = _next_multiple(steps, cfg.eval_every)
         next_ckpt = _next_multiple(steps, cfg.checkpoint_every)
+        signals = StopSignals()
+        signals.install()
         try:
-            while steps < cfg.total_steps:
+            while steps < cfg.total_steps and signals.received is None:
                 for sampler in self.samplers:
                     collected = sampler.step()
                     if self.writer.size >= learn_after:
@@ -133,20 +146,30 @@ class SerialTrainer:
                     next_ckpt = _next_multiple(steps, cfg.checkpoint_every)
                     self.save_checkpoint()
                 self.monitor.poll()
-            history = self.evaluator.history
-            final = history[-1] if history and history[-1].env_step == steps else self._evaluate(steps)
-            self.save_checkpoint()
-        except KeyboardInterrupt:
-            self.print_fn(f"[spreeze] interrupted at {self.env_steps():,} env steps; saving a checkpoint to resume")
-            self.save_checkpoint()
-            self.close()
+            if signals.received is None:
+                history = self.evaluator.history
+                final = history[-1] if history and history[-1].env_step == steps else self._evaluate(steps)
+            last_checkpoint = self.save_checkpoint()
+        except KeyboardInterrupt:  # a second signal (or the caller's own, off the main thread): no checkpoint
+            found = list_checkpoints(self.context.run_dir)
+            self.print_fn(f"[spreeze] forced stop at {self.env_steps():,} env steps; "
+                          f"{resume_hint(found[-1] if found else None, self.context.run_dir)}")
+            self.close(check=False)
             raise
         except NonFiniteError as exc:
             self.close(check=False)
             found = list_checkpoints(self.context.run_dir)
             hint = resume_hint(found[-1] if found else None, self.context.run_dir)
             raise NonFiniteError(f"{exc}. The run stopped; {hint}") from None
+        finally:
+            signals.restore()
         self.close()
+        if signals.received is not None:  # stopped at a step boundary, checkpoint written: say so, raise as asked
+            self.print_fn(f"[spreeze] interrupted at {self.env_steps():,} env steps; checkpoint {last_checkpoint}; "
+                          f"resume with: python -m spreeze_like.run --resume {self.context.run_dir}")
+            if signals.received == signal.SIGTERM:
+                raise SystemExit(128 + signal.SIGTERM)
+            raise KeyboardInterrupt
         return TrainResult(
             run_dir=self.context.run_dir,
             env_steps=steps,

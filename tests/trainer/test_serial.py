@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import dataclasses
+import os
+import signal
 
 import numpy as np
 import pytest
@@ -141,3 +143,41 @@ def test_stop_at_return_ends_the_run_at_the_first_good_evaluation(tmp_path):
     result = train(tiny(tmp_path, eval_every=300, stop_at_return=-1e9), print_fn=lambda line: None)
     assert result.stopped_early and result.env_steps == 300
     assert [e[0] for e in result.evals] == [300] and result.evals[0][2] > 0
+
+
+@pytest.mark.parametrize("sig, raised", [(signal.SIGINT, KeyboardInterrupt), (signal.SIGTERM, SystemExit)])
+def test_a_signal_stops_the_run_at_a_step_boundary(tmp_path, monkeypatch, sig, raised):
+    """Ctrl-C / SIGTERM mid-update: the update finishes, a checkpoint is written, and this process trains
+    normally afterwards. (A KeyboardInterrupt inside ``torch.autocast.__enter__`` once left the bf16 cast
+    cache on for good, so every later run in the process learned nothing.)"""
+    from spreeze_like.roles.critic_learner import CriticLearner
+
+    original, calls = CriticLearner.update, {"started": 0, "finished": 0}
+
+    def update(self):
+        calls["started"] += 1
+        if calls["started"] == 50:
+            os.kill(os.getpid(), sig)  # delivered at the next bytecode boundary, inside this update
+        original(self)
+        calls["finished"] += 1
+
+    monkeypatch.setattr(CriticLearner, "update", update)
+    lines: list[str] = []
+    with pytest.raises(raised) as info:
+        train(tiny(tmp_path / "stopped", total_steps=5000), print_fn=lines.append)
+    if raised is SystemExit:
+        assert info.value.code == 128 + signal.SIGTERM
+    assert calls["started"] == calls["finished"] == 50  # the update the signal hit ran to its end
+    run_dir = next((tmp_path / "stopped").iterdir())
+    payload, _ = load_latest(run_dir)
+    assert payload["roles"]["critic-learner"]["updates"] == 50
+    assert any("interrupted at 249 env steps" in line and "--resume" in line for line in lines)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the handlers were given back
+
+    monkeypatch.setattr(CriticLearner, "update", original)
+    quiet = {"print_fn": lambda line: None}
+    after = train(tiny(tmp_path / "after"), **quiet)
+    assert after.final_eval_returns == train(tiny(tmp_path / "again"), **quiet).final_eval_returns
+    n = torch.autocast_increment_nesting()
+    torch.autocast_decrement_nesting()
+    assert n == 1  # no autocast region left open
