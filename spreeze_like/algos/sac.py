@@ -10,7 +10,7 @@ each holding a copy of the other's network. Two deliberate differences in the al
 * it is linear in ``log_alpha`` (``-log_alpha * (log_pi + target)``), as in the authors' softlearning
   code and in SB3, not in ``alpha`` as in CleanRL. The fixed point is the same; CleanRL's gradient is
   scaled by ``alpha`` itself, so once alpha has fallen (Pendulum: 1 -> ~0.05) Adam's long-memory
-  second moment makes its steps small and the entropy lags the target. Measured in serial mode on
+  second moment likely makes its steps small (a reading, not measured). Measured in serial mode on
   Pendulum-v1, seeds 1-6: env steps until the training return reaches -250 went from
   5,400 / 4,200 / 4,400 / 4,400 / 4,200 / 4,600 to 4,400 / 4,200 / 4,200 / 4,400 / 4,200 / 4,600.
 """
