@@ -97,6 +97,12 @@ def resume_hint(checkpoint: str | Path | None, run_dir: str | Path) -> str:
     return f"the last good checkpoint is {checkpoint or 'none'}; resume with --resume {run_dir}"
 
 
+def interrupted_line(env_steps: int, checkpoint: str | Path | None, run_dir: str | Path) -> str:
+    """What both modes print after an orderly stop on Ctrl-C / SIGTERM."""
+    return (f"[spreeze] interrupted at {env_steps:,} env steps; checkpoint {checkpoint}; "
+            f"resume with: python -m spreeze_like.run --resume {run_dir}")
+
+
 def nonfinite_tensors(obj: Any, prefix: str = "") -> list[str]:
     """Paths of the floating-point tensors in a nested dict/list that hold a NaN or inf."""
     if isinstance(obj, torch.Tensor):

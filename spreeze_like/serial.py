@@ -40,6 +40,7 @@ import torch
 from spreeze_like.checkpoint import (
     LOAD_MISMATCH,
     capture_process_rng,
+    interrupted_line,
     list_checkpoints,
     mismatch_error,
     restore_process_rng,
@@ -151,22 +152,17 @@ class SerialTrainer:
                 final = history[-1] if history and history[-1].env_step == steps else self._evaluate(steps)
             last_checkpoint = self.save_checkpoint()
         except KeyboardInterrupt:  # a second signal (or the caller's own, off the main thread): no checkpoint
-            found = list_checkpoints(self.context.run_dir)
-            self.print_fn(f"[spreeze] forced stop at {self.env_steps():,} env steps; "
-                          f"{resume_hint(found[-1] if found else None, self.context.run_dir)}")
+            self.print_fn(f"[spreeze] forced stop at {self.env_steps():,} env steps; {self._resume_hint()}")
             self.close(check=False)
             raise
         except NonFiniteError as exc:
             self.close(check=False)
-            found = list_checkpoints(self.context.run_dir)
-            hint = resume_hint(found[-1] if found else None, self.context.run_dir)
-            raise NonFiniteError(f"{exc}. The run stopped; {hint}") from None
+            raise NonFiniteError(f"{exc}. The run stopped; {self._resume_hint()}") from None
         finally:
             signals.restore()
         self.close()
         if signals.received is not None:  # stopped at a step boundary, checkpoint written: say so, raise as asked
-            self.print_fn(f"[spreeze] interrupted at {self.env_steps():,} env steps; checkpoint {last_checkpoint}; "
-                          f"resume with: python -m spreeze_like.run --resume {self.context.run_dir}")
+            self.print_fn(interrupted_line(self.env_steps(), last_checkpoint, self.context.run_dir))
             if signals.received == signal.SIGTERM:
                 raise SystemExit(128 + signal.SIGTERM)
             raise KeyboardInterrupt
@@ -183,6 +179,10 @@ class SerialTrainer:
             mode="serial",
             stopped_early=stopped_early,
         )
+
+    def _resume_hint(self) -> str:
+        found = list_checkpoints(self.context.run_dir)
+        return resume_hint(found[-1] if found else None, self.context.run_dir)
 
     def _learn(self) -> None:
         while self.update_credit >= 1.0:

@@ -38,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from spreeze_like.algos.spec import AlgoSpec
-from spreeze_like.checkpoint import resume_hint
+from spreeze_like.checkpoint import interrupted_line, resume_hint
 from spreeze_like.config import TrainConfig
 from spreeze_like.envs import env_info
 from spreeze_like.errors import ShmError, SpreezeError
@@ -361,8 +361,7 @@ class Supervisor:
             raise RoleFailedError(self.failure)
         if not finished:
             self.state = "interrupted"
-            self.say(f"[spreeze] interrupted at {steps:,} env steps; checkpoint {self._last_checkpoint()}; "
-                     f"resume with: python -m spreeze_like.run --resume {self.run_dir}")
+            self.say(interrupted_line(steps, self._last_checkpoint(), self.run_dir))
             if self.signals.received == signal.SIGTERM:
                 raise SystemExit(128 + signal.SIGTERM)
             raise KeyboardInterrupt

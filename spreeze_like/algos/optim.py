@@ -18,8 +18,9 @@ What :class:`FusedAdam` keeps identical to ``torch.optim.Adam(fused=True)``:
   checkpoint's optimiser state loads into either;
 * ``register_step_pre_hook``, ``zero_grad(set_to_none=True)``, ``param_groups``, ``state``.
 
-What it does not do: weight decay, AMSGrad, ``maximize``, sparse or complex parameters. Those are
-rejected at construction. Owns no process or shared resource.
+What it does not do: weight decay, AMSGrad, ``maximize``, sparse or complex parameters, parameters
+on several devices or of several dtypes in one optimiser (a learner's networks share both, so each
+group is one kernel call). Those are rejected at construction. Owns no process or shared resource.
 """
 
 from __future__ import annotations
@@ -54,6 +55,8 @@ class FusedAdam:
 
     def add_param_group(self, group: dict[str, Any]) -> None:
         params = list(group["params"])
+        if not params:
+            raise ValueError("a FusedAdam group needs at least one parameter")
         for p in params:
             if not isinstance(p, torch.Tensor) or not p.is_leaf or not p.requires_grad:
                 raise ValueError("FusedAdam optimises leaf tensors that require grad")
@@ -61,6 +64,9 @@ class FusedAdam:
                 raise ValueError("FusedAdam does not take complex or sparse parameters")
             if any(p is q for g in self.param_groups for q in g["params"]):
                 raise ValueError("a parameter appears in two FusedAdam groups")
+            first = self.param_groups[0]["params"][0] if self.param_groups else params[0]
+            if (p.device, p.dtype) != (first.device, first.dtype):  # a learner's networks share both
+                raise ValueError("FusedAdam takes parameters of one device and dtype (one kernel call per group)")
         extra = set(group) - {"params", *self.defaults}
         if extra:
             raise ValueError(f"FusedAdam groups take lr, betas and eps only, not {sorted(extra)}")
@@ -100,28 +106,23 @@ class FusedAdam:
                 continue
             states = [self._state_of(p) for p in params]
             steps = [s["step"] for s in states]
+            found = self.found_inf
+            if found is not None and found.device != params[0].device:
+                found = found.to(params[0].device)
             beta1, beta2 = group["betas"]
-            # one kernel call per (device, dtype), as torch groups them; the learners' parameters
-            # share one device and float32, so this is one call per group
-            for device_dtype in {(p.device, p.dtype) for p in params}:
-                idx = [i for i, p in enumerate(params) if (p.device, p.dtype) == device_dtype]
-                found = self.found_inf
-                if found is not None and found.device != device_dtype[0]:
-                    found = found.to(device_dtype[0])
-                device_steps = [steps[i] for i in idx]
-                torch._foreach_add_(device_steps, 1)
-                torch._fused_adam_(
-                    [params[i] for i in idx],
-                    [params[i].grad for i in idx],
-                    [states[i]["exp_avg"] for i in idx],
-                    [states[i]["exp_avg_sq"] for i in idx],
-                    [],
-                    device_steps,
-                    lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=0.0, eps=group["eps"],
-                    amsgrad=False, maximize=False, grad_scale=None, found_inf=found,
-                )
-                if found is not None:
-                    torch._foreach_sub_(device_steps, [found] * len(device_steps))
+            torch._foreach_add_(steps, 1)
+            torch._fused_adam_(
+                params,
+                [p.grad for p in params],
+                [s["exp_avg"] for s in states],
+                [s["exp_avg_sq"] for s in states],
+                [],
+                steps,
+                lr=group["lr"], beta1=beta1, beta2=beta2, weight_decay=0.0, eps=group["eps"],
+                amsgrad=False, maximize=False, grad_scale=None, found_inf=found,
+            )
+            if found is not None:
+                torch._foreach_sub_(steps, [found] * len(steps))
 
     # --- checkpoints: torch.optim's state-dict layout -----------------------------------------------------
     def state_dict(self) -> dict[str, Any]:

@@ -110,6 +110,14 @@ def test_rejects_what_it_does_not_implement() -> None:
         FusedAdam([p], lr=1e-3).add_param_group({"params": [p]})
 
 
+def test_rejects_mixed_dtypes_and_empty_groups() -> None:
+    opt = FusedAdam([torch.zeros(2, requires_grad=True)], lr=1e-3)
+    with pytest.raises(ValueError, match="one device and dtype"):
+        opt.add_param_group({"params": [torch.zeros(2, dtype=torch.float64, requires_grad=True)]})
+    with pytest.raises(ValueError, match="at least one"):
+        opt.add_param_group({"params": []})
+
+
 def test_learner_halves_train_without_importing_dynamo() -> None:
     """The reason FusedAdam exists: a learner never pays torch._dynamo's import (1+ s of CPU at start)."""
     code = """
