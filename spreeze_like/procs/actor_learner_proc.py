@@ -34,7 +34,7 @@ def run(args: ChildArgs) -> None:
     """Process body (called by :func:`spreeze_like.procs.control.child_main`)."""
     cfg = args.config
     seed_process(cfg.seed, f"actor-learner/{args.generation}")
-    spec = build.algo_spec(cfg)
+    spec = args.spec
     with Attached(args.segments) as shm:
         block = shm.stats()
         row = block.role(args.role)

@@ -129,6 +129,8 @@ class ChildArgs:
         role: role name (``sampler-0``, ``critic-learner``, ...).
         index: sampler index (0 for other roles).
         config: the resolved :class:`~spreeze_like.config.TrainConfig`.
+        spec: the :class:`~spreeze_like.algos.spec.AlgoSpec` the supervisor derived from the env's sizes,
+            so that no role makes an env just to read them (a learner never makes one at all).
         segments: the run's :class:`~spreeze_like.procs.segments.RunSegments` (names and shapes).
         run_dir: the run folder.
         parent_pid: the supervisor's pid (the parent-death check compares with it).
@@ -142,6 +144,7 @@ class ChildArgs:
     role: str
     index: int
     config: Any
+    spec: Any
     segments: Any
     run_dir: str
     parent_pid: int

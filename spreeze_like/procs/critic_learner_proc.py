@@ -56,7 +56,7 @@ def run(args: ChildArgs) -> None:
     cfg = args.config
     mode = feeder_mode()
     seed_process(cfg.seed, f"critic-learner/{args.generation}")
-    spec = build.algo_spec(cfg)
+    spec = args.spec
     with Attached(args.segments) as shm:
         block = shm.stats()
         row = block.role(args.role)

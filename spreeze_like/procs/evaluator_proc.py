@@ -60,7 +60,7 @@ def read_results(run_dir: str | Path) -> list[dict]:
 def run(args: ChildArgs) -> None:
     """Process body (called by :func:`spreeze_like.procs.control.child_main`)."""
     cfg = args.config
-    spec = build.algo_spec(cfg)
+    spec = args.spec
     t0 = float(args.extra["t0"])  # the session's start (CLOCK_MONOTONIC is one clock for all processes)
     with Attached(args.segments) as shm:
         block = shm.stats()

@@ -67,7 +67,7 @@ class RingSink:
 def run(args: ChildArgs) -> None:
     """Process body (called by :func:`spreeze_like.procs.control.child_main`)."""
     cfg, i = args.config, args.index
-    spec = build.algo_spec(cfg)
+    spec = args.spec
     with Attached(args.segments) as shm:
         block = shm.stats()
         control = Control(block)

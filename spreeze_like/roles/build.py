@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 
 from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.config import TrainConfig
-from spreeze_like.envs import env_info
 from spreeze_like.roles.ports import ReplaySampler, StatsWriter, TransitionSink, WeightsSink, WeightsSource
 from spreeze_like.seeding import derive_seed
 
@@ -27,7 +26,12 @@ if TYPE_CHECKING:
 
 
 def algo_spec(config: TrainConfig) -> AlgoSpec:
-    """The algorithm spec for a resolved config (makes one env to read its sizes)."""
+    """The algorithm spec for a resolved config (makes one env to read its sizes).
+
+    Only the supervisor and the serial mode call this; spawned roles get the supervisor's spec.
+    """
+    from spreeze_like.envs import env_info  # here: a learner process never imports gymnasium
+
     info = env_info(config.env)
     return AlgoSpec.from_config(config, info.obs_dim, info.act_dim)
 

@@ -46,10 +46,19 @@ def test_a_flaky_env_on_one_sampler_is_restarted_and_nan_transitions_are_dropped
     every sampler has a NaN observation (dropped, counted); the learning numbers stay finite."""
     once = tmp_path / "raise-once"
     once.write_text("")
-    env = {"SPZ_TEST_RAISE_ROLE": "sampler-1", "SPZ_TEST_RAISE_AFTER": "200", "SPZ_TEST_RAISE_ONCE": str(once)}
+    makers = tmp_path / "env-makers"
+    makers.mkdir()
+    env = {"SPZ_TEST_RAISE_ROLE": "sampler-1", "SPZ_TEST_RAISE_AFTER": "200", "SPZ_TEST_RAISE_ONCE": str(once),
+           "SPZ_TEST_ENV_MAKERS": str(makers)}
     proc = run_cli_with(env, *TINY_ARGS, "--env", FLAKY, "--samplers", "2", "--total-steps", "1600",
                         "--logdir", str(tmp_path / "runs"))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    # The supervisor reads the env's sizes once and hands the spec to every role: the learners make no
+    # env at all, and the three env roles (one restarted) make only the envs they step.
+    roles = sorted(p.name.split(".")[0] for p in makers.iterdir())  # one file per process and role
+    assert "MainProcess" in roles, roles  # the CLI's bad-env check and the supervisor's spec
+    assert not [r for r in roles if "learner" in r], roles
+    assert roles.count("sampler-0") == 1 and roles.count("sampler-1") == 2 and roles.count("evaluator") == 1, roles
     assert not once.exists(), "the env never raised"
     assert "simulated simulator crash (once)" in proc.stderr  # the sampler's traceback, for the env's author
     assert "sampler-1 (pid" in proc.stdout and "restarting it in" in proc.stdout

@@ -17,6 +17,9 @@ Used as ``trainer.tiny_envs:TinyWalk-v0`` (the ``module:EnvId`` form; ``tests/``
   process is named after its role, e.g. ``sampler-1``) once that process has made
   ``SPZ_TEST_RAISE_AFTER`` steps, but only while the file ``SPZ_TEST_RAISE_ONCE`` exists (the
   raising process deletes it first: one crash), or every time if ``SPZ_TEST_RAISE_ONCE`` is unset.
+
+Every Tiny* env, when ``SPZ_TEST_ENV_MAKERS`` names a folder, leaves an empty file
+``<process name>.<pid>`` there as it is made: a test can see which roles make envs.
 """
 
 from __future__ import annotations
@@ -37,6 +40,9 @@ class TinyWalk(gym.Env):
         self.action_space = gym.spaces.Box(-2.0, 2.0, (1,), np.float32)
         self.terminate_at, self.nan_at = terminate_at, nan_at
         self.t = 0
+        makers = os.environ.get("SPZ_TEST_ENV_MAKERS")
+        if makers:
+            open(os.path.join(makers, f"{multiprocessing.current_process().name}.{os.getpid()}"), "a").close()
 
     def _obs(self) -> np.ndarray:
         if self.nan_at is not None and self.t == self.nan_at:
