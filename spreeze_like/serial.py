@@ -51,7 +51,6 @@ from spreeze_like.config import TrainConfig
 from spreeze_like.errors import CheckpointError, NonFiniteError
 from spreeze_like.metrics import stats_schema
 from spreeze_like.procs.children import StopSignals
-from spreeze_like.procs.heap import keep_freed_heap_memory
 from spreeze_like.roles import build
 from spreeze_like.roles.monitor import Monitor
 from spreeze_like.roles.ports import LocalBoard, LocalStatsBlock
@@ -67,7 +66,6 @@ class SerialTrainer:
 
     def __init__(self, config: TrainConfig, context: RunContext, print_fn: Callable[[str], None] = print) -> None:
         self.config, self.context, self.print_fn = config, context, print_fn
-        keep_freed_heap_memory()  # this process plays the learners too (procs/heap.py)
         torch.set_num_threads(config.torch_threads)
         seed_process(config.seed, "serial")
         self.spec = spec = build.algo_spec(config)

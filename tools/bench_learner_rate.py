@@ -62,13 +62,11 @@ def _alone(config_dict: dict, seconds: float, warmup: int, queue: multiprocessin
     from spreeze_like.config import TrainConfig
     from spreeze_like.envs import env_info
     from spreeze_like.metrics import stats_schema
-    from spreeze_like.procs.heap import keep_freed_heap_memory
     from spreeze_like.replay import ReplayStorage, UniformSampler
     from spreeze_like.roles.critic_learner import CriticLearner
     from spreeze_like.roles.ports import LocalBoard, LocalStatsBlock
 
     config = TrainConfig.from_dict(config_dict)
-    keep_freed_heap_memory()  # as a learner process of a run does (procs/control.py)
     torch.set_num_threads(config.torch_threads)
     info = env_info(config.env)
     spec = AlgoSpec.from_config(config, info.obs_dim, info.act_dim)

@@ -176,9 +176,6 @@ def child_main(module: str, args: ChildArgs) -> None:
     if args.role.endswith("learner"):
         import torch
 
-        from spreeze_like.procs.heap import keep_freed_heap_memory
-
-        keep_freed_heap_memory()  # no page-fault churn per update (procs/heap.py has the figures)
         torch.set_num_threads(args.config.torch_threads)
     else:  # samplers, evaluator and monitor never import torch (numpy policy, tensorboard writer); if a
         os.environ["OMP_NUM_THREADS"] = "1"  # user's env module does, it gets one thread, read at its import
