@@ -199,8 +199,8 @@ class Supervisor:
         ckpt = str(self.context.checkpoint_path) if self.context.payload is not None else None
 
         def make(restarts: int) -> ChildArgs:
-            return ChildArgs(role, index, self.config, self.spec, self.plan, str(self.run_dir), os.getpid(), self.context.start_step,
-                             ckpt, self.context.generation, restarts, dict(extra))
+            return ChildArgs(role, index, self.config, self.spec, self.plan, str(self.run_dir), os.getpid(),
+                             self.context.start_step, ckpt, self.context.generation, restarts, dict(extra))
 
         return make
 
