@@ -26,8 +26,9 @@ from SB3's wall clock (in SB3's favour). Wall clocks start just before ``train()
 **Hyperparameters.** Identical: MLPs 256-256, gamma 0.99, tau 0.005, batch 256, 1M replay,
 ``learning_starts`` (Pendulum 1,000; MuJoCo 10,000 as in rl-zoo), train_freq 1 / gradient_steps 1
 (UTD 1), automatic entropy tuning from alpha 1 with target -act_dim. Learning rates: ours keeps its
-defaults (actor 3e-4, critic 1e-3, alpha 1e-3); SB3 has one rate for all three and gets rl-zoo's
-tuned value (Pendulum-v1 1e-3, MuJoCo 3e-4; ``--sb3-lr``). Threads: 1 torch thread per process for
+defaults for the base env (actor ``auto``: 1e-3 on Pendulum-v1, 3e-4 elsewhere; critic 1e-3; alpha
+1e-3); SB3 has one rate for all three and gets rl-zoo's tuned value (Pendulum-v1 1e-3, MuJoCo 3e-4;
+``--sb3-lr``). On Pendulum-v1 the two thus train with the same three rates. Threads: 1 torch thread per process for
 both (ours' default; ``--sb3-threads 0`` gives SB3 torch's default, 2 here, which on a loaded 2-core
 machine was far slower: 2.3 updates/s in a smoke run at load 7-11).
 
@@ -185,7 +186,7 @@ def train_curve(folder: Path, t0: float, shift: Callable[[float], float] = lambd
 
 # --- ours ----------------------------------------------------------------------------------------------------
 def run_ours(args: argparse.Namespace, seed: int, serial: bool, scratch: Path) -> RunRecord:
-    from spreeze_like.config import TrainConfig
+    from spreeze_like.config import TrainConfig, auto_actor_lr
     from spreeze_like.training import train
 
     folder = scratch / f"ours-{'serial' if serial else 'parallel'}-{seed}"
@@ -194,7 +195,9 @@ def run_ours(args: argparse.Namespace, seed: int, serial: bool, scratch: Path) -
     config = dataclasses.replace(
         TrainConfig(), env=f"{MODULE}:{RECORDED_ID}", seed=seed, total_steps=args.total_steps, serial=serial,
         learning_starts=args.learning_starts, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
-        logdir=args.logdir, log_interval=0, checkpoint_every=0, **dict(args.set),
+        logdir=args.logdir, log_interval=0, checkpoint_every=0,
+        # our default for the base env: ``auto`` would see the recording wrapper's id instead
+        **{"actor_lr": auto_actor_lr(args.env), **dict(args.set)},
     )
     record = RunRecord(f"ours-{'serial' if serial else 'parallel'}", seed)
     t0 = time.time()

@@ -42,6 +42,10 @@ class AlgoSpec:
         names = [f for f in cls.__dataclass_fields__ if f not in ("algo", "obs_dim", "act_dim")]
         values = {n: getattr(config, n) for n in names}
         values["hidden_sizes"] = tuple(values["hidden_sizes"])
+        if values["actor_lr"] is None:  # an unresolved config: what resolve() would fill in
+            from spreeze_like.config import auto_actor_lr
+
+            values["actor_lr"] = auto_actor_lr(config.env)
         return cls(algo=config.algo, obs_dim=obs_dim, act_dim=act_dim, **values)
 
     @property

@@ -85,6 +85,7 @@ def test_bad_config_file_is_one_line(tmp_path, content, match):
         ({"tau": 0.0}, "--tau"),
         ({"utd": float("nan")}, "--utd"),
         ({"actor_lr": float("inf")}, "--actor-lr"),
+        ({"actor_lr": 0.0}, "--actor-lr"),
         ({"batch_size": 512, "buffer_size": 256}, "--batch-size"),
         ({"hidden_sizes": ()}, "--hidden-sizes"),
         ({"actor_device": "gpu0"}, "--actor-device"),
@@ -96,6 +97,21 @@ def test_invalid_values_raise_one_line_config_error(changes, flag):
     with pytest.raises(ConfigError) as info:
         dataclasses.replace(TrainConfig(), **changes).validate()
     assert flag in str(info.value) and "\n" not in str(info.value)
+
+
+def test_auto_actor_lr_is_the_tuned_value_on_pendulum_and_3e4_elsewhere():
+    from spreeze_like.algos.spec import AlgoSpec
+
+    assert TrainConfig().actor_lr is None  # auto, recorded resolved in config.json
+    assert TrainConfig().resolve().actor_lr == 1e-3
+    assert dataclasses.replace(TrainConfig(), env="HalfCheetah-v5").resolve().actor_lr == 3e-4
+    assert dataclasses.replace(TrainConfig(), env="mypkg.envs:Pendulum-v1").resolve().actor_lr == 1e-3
+    assert dataclasses.replace(TrainConfig(), actor_lr=5e-4).resolve().actor_lr == 5e-4  # a given value wins
+    assert parse_cli(["--actor-lr", "auto"]).actor_lr is None
+    assert parse_cli(["--actor-lr", "2e-4"]).resolve().actor_lr == 2e-4
+    # a spec built from an unresolved config gets what resolve() would give
+    assert AlgoSpec.from_config(TrainConfig(), 3, 1).actor_lr == 1e-3
+    assert AlgoSpec.from_config(dataclasses.replace(TrainConfig(), env="Hopper-v5"), 11, 3).actor_lr == 3e-4
 
 
 def test_resolve_fills_policy_delay():
