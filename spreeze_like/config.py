@@ -10,7 +10,7 @@ The last rule is Sample Factory's: on ``--resume`` only the flags the user actua
 the saved config, so ``--resume RUN --total-steps 50000`` extends a run without resetting the rest.
 
 Validation raises :class:`~spreeze_like.errors.ConfigError` with one line that names the flag and
-says what is allowed. ``resolve()`` fills the ``auto`` values (devices, policy delay) and the
+says what is allowed. ``resolve()`` fills the ``auto`` values (devices, policy delay, actor lr) and the
 result is what ``config.json`` in the run folder records.
 """
 
