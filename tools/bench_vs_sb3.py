@@ -28,8 +28,8 @@ from SB3's wall clock (in SB3's favour). Wall clocks start just before ``train()
 (UTD 1), automatic entropy tuning from alpha 1 with target -act_dim. Learning rates: ours keeps its
 defaults for the base env (actor ``auto``: 1e-3 on Pendulum-v1, 3e-4 elsewhere; critic 1e-3; alpha
 1e-3); SB3 has one rate for all three and gets rl-zoo's tuned value (Pendulum-v1 1e-3, MuJoCo 3e-4;
-``--sb3-lr``). On Pendulum-v1 the two thus train with the same three rates. Threads: 1 torch thread per process for
-both (ours' default; ``--sb3-threads 0`` gives SB3 torch's default, 2 here, which on a loaded 2-core
+``--sb3-lr``). On Pendulum-v1 the two thus train with the same three rates. Threads: 1 torch
+thread per process for both (ours' default; ``--sb3-threads 0`` gives SB3 torch's default, 2 here, which on a loaded 2-core
 machine was far slower: 2.3 updates/s in a smoke run at load 7-11).
 
 Reports per seed and the median over seeds: wall time until the training return first reaches

@@ -25,7 +25,6 @@ group is one kernel call). Those are rejected at construction. Owns no process o
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -165,7 +164,5 @@ class FusedAdam:
                     s[name] = t.detach().to(device=p.device, dtype=p.dtype, copy=True)
             new_state[p] = s
         for group, saved_group in zip(self.param_groups, saved):
-            for key in self.defaults:
-                if key in saved_group:
-                    group[key] = copy.deepcopy(saved_group[key])
+            group.update({key: saved_group[key] for key in self.defaults if key in saved_group})  # floats, a tuple
         self.state = new_state
