@@ -43,12 +43,14 @@ from __future__ import annotations
 import argparse
 import csv
 import dataclasses
+import importlib.util
 import json
 import math
 import os
 import shutil
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -58,6 +60,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import gymnasium as gym
+
+from spreeze_like.errors import ConfigError, SpreezeError
 
 EPISODE_DIR_VAR = "SPZ_BENCH_EPISODE_DIR"
 BASE_ENV_VAR = "SPZ_BENCH_BASE_ENV"
@@ -138,6 +142,7 @@ class RunRecord:
     # (t, env_step or -1, mean return) of every evaluation
     evals: list[tuple[float, int, float]] = field(default_factory=list)
     note: str = ""
+    device: str = ""  # where its networks ran, in words
 
     def moving(self, window: int) -> list[tuple[float, int, float]]:
         out, rets = [], []
@@ -185,21 +190,35 @@ def train_curve(folder: Path, t0: float, shift: Callable[[float], float] = lambd
 
 
 # --- ours ----------------------------------------------------------------------------------------------------
-def run_ours(args: argparse.Namespace, seed: int, serial: bool, scratch: Path) -> RunRecord:
+def ours_config(args: argparse.Namespace, seed: int, serial: bool):  # -> TrainConfig
     from spreeze_like.config import TrainConfig, auto_actor_lr
+
+    devices = {"actor_device": args.device, "critic_device": args.device} if args.device else {}
+    return dataclasses.replace(
+        TrainConfig(), env=f"{MODULE}:{RECORDED_ID}", seed=seed, total_steps=args.total_steps, serial=serial,
+        learning_starts=args.learning_starts, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
+        logdir=args.logdir, log_interval=0, checkpoint_every=0,
+        # our default for the base env: ``auto`` would see the recording wrapper's id instead; --set wins
+        **{"actor_lr": auto_actor_lr(args.env), **devices, **dict(args.set)},
+    )
+
+
+def ours_device(config) -> str:
+    """Our learners' devices as ``resolve()`` fills them in (a ConfigError for a device this machine lacks)."""
+    resolved = config.resolve()
+    step = getattr(resolved, "learner_step", None)
+    return (f"actor {resolved.actor_device}, critic {resolved.critic_device}, {resolved.precision}"
+            + (f", learner step {step}" if step else ""))
+
+
+def run_ours(args: argparse.Namespace, seed: int, serial: bool, scratch: Path) -> RunRecord:
     from spreeze_like.training import train
 
     folder = scratch / f"ours-{'serial' if serial else 'parallel'}-{seed}"
     folder.mkdir(parents=True)
+    config = ours_config(args, seed, serial)
+    record = RunRecord(f"ours-{'serial' if serial else 'parallel'}", seed, device=ours_device(config))
     os.environ[EPISODE_DIR_VAR] = str(folder)
-    config = dataclasses.replace(
-        TrainConfig(), env=f"{MODULE}:{RECORDED_ID}", seed=seed, total_steps=args.total_steps, serial=serial,
-        learning_starts=args.learning_starts, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
-        logdir=args.logdir, log_interval=0, checkpoint_every=0,
-        # our default for the base env: ``auto`` would see the recording wrapper's id instead
-        **{"actor_lr": auto_actor_lr(args.env), **dict(args.set)},
-    )
-    record = RunRecord(f"ours-{'serial' if serial else 'parallel'}", seed)
     t0 = time.time()
     stop = threading.Event()
 
@@ -266,18 +285,113 @@ def interrupted_counters(logdir: Path, record: RunRecord) -> tuple[int, int, lis
         return (record.train[-1][1] if record.train else 0), 0, known
 
 
-# --- Stable-Baselines3 SAC -----------------------------------------------------------------------------------
-def run_sb3(args: argparse.Namespace, seed: int, scratch: Path) -> RunRecord:
+# --- the peers: Stable-Baselines3 SAC and SBX SAC, each run in a child process --------------------------------
+PEERS = ("sb3", "sbx")
+PEER_LABELS = {"sb3": "SB3", "sbx": "SBX"}
+PEER_PACKAGES = {"sb3": ("stable_baselines3", "stable-baselines3"), "sbx": ("sbx", "sbx-rl")}
+CHILD_CODE = "import sys, bench_vs_sb3; sys.exit(bench_vs_sb3.peer_child(sys.argv[1]))"
+
+
+def peer_env(args: argparse.Namespace, peer: str, episode_dir: str | None) -> dict[str, str]:
+    """The environment of a peer's child process."""
+    env = dict(os.environ)
+    env.pop(EPISODE_DIR_VAR, None)
+    if episode_dir:
+        env[EPISODE_DIR_VAR] = episode_dir
+    if peer == "sbx":
+        # JAX grabs 75 % of the GPU's memory at its first use unless told not to; the peers run one at a time,
+        # but a CUDA-graph learner of ours or a lead's monitoring process may still hold the device, and JAX
+        # should take only what SBX's small networks need, as torch's caching allocator does for SB3.
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+        # cpu keeps JAX off the GPU; auto and cuda leave JAX its own choice (the GPU when its CUDA plugin is
+        # installed) and cuda is then checked in the child: jax 0.10 fails JAX_PLATFORMS=cuda without the plugin
+        # by an AssertionError, not a message
+        if args.peer_device == "cpu":
+            env["JAX_PLATFORMS"] = "cpu"
+    return env
+
+
+def run_peer_child(args: argparse.Namespace, peer: str, mode: str, seed: int, scratch: Path) -> dict:
+    """Runs ``peer_child`` in a fresh interpreter and returns what it wrote.
+
+    A child per run: JAX and torch never share a process (nor their GPU allocators), SB3's torch
+    threads do not leak into the next run, and each run starts from the same clean state.
+    """
+    out = scratch / f"{peer}-{mode}-{seed}.json"
+    folder = scratch / f"{peer}-{seed}"
+    if mode == "train":
+        folder.mkdir(parents=True)
+    spec = {"args": vars(args), "peer": peer, "mode": mode, "seed": seed, "out": str(out), "folder": str(folder)}
+    proc = subprocess.run([sys.executable, "-c", CHILD_CODE, json.dumps(spec)], check=False,
+                          env=peer_env(args, peer, str(folder) if mode == "train" else None))
+    result = json.loads(out.read_text()) if out.exists() else {}
+    if "error" in result:
+        raise ConfigError(result["error"])
+    if proc.returncode != 0 or not result:
+        raise RuntimeError(f"the {PEER_LABELS[peer]} {mode} child (seed {seed}) exited with status {proc.returncode}"
+                           " and no result; its output is above")
+    return result
+
+
+def peer_child(spec_json: str) -> int:
+    """Entry point of a peer's child process: ``probe`` checks the peer and its device, ``train`` trains it."""
+    spec = json.loads(spec_json)
+    args = argparse.Namespace(**spec["args"])
+    try:
+        if spec["mode"] == "probe":
+            result = {"device": peer_device(spec["peer"], args.peer_device)}
+        else:  # the device is read after the run, so that JAX's backend start-up stays inside SBX's clock
+            record = train_peer(args, spec["peer"], spec["seed"], Path(spec["folder"]))
+            record.device = peer_device(spec["peer"], args.peer_device)
+            result = {"record": dataclasses.asdict(record)}
+    except ConfigError as exc:
+        result = {"error": str(exc)}
+    Path(spec["out"]).write_text(json.dumps(result))
+    return 2 if "error" in result else 0
+
+
+def peer_device(peer: str, requested: str) -> str:
+    """Where the peer's networks will run, in words; a ConfigError where the asked-for device is missing."""
+    module, package = PEER_PACKAGES[peer]
+    if importlib.util.find_spec(module) is None:
+        raise ConfigError(f"{package} is not installed: pip install -e '.[bench]', or leave {peer} out "
+                          f"(--skip-{peer} / --peers)")
+    if peer == "sb3":
+        import torch
+
+        # SB3 itself falls back to the CPU, silently, when asked for an absent GPU
+        if requested == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("--peer-device cuda: torch sees no CUDA device here; use --peer-device cpu or auto")
+        from stable_baselines3.common.utils import get_device
+
+        device = get_device(requested)
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+        return f"torch {device} ({name})"
+    import jax  # the parent set JAX_PLATFORMS=cpu for --peer-device cpu
+
+    backend, first = jax.default_backend(), jax.devices()[0]
+    if requested == "cuda" and backend != "gpu":
+        raise ConfigError(f"--peer-device cuda: JAX runs on {backend} here (no CUDA plugin, or no GPU it can "
+                          "use: pip install 'jax[cuda12]'); use --peer-device cpu or auto")
+    return f"jax {backend} ({first.device_kind})"
+
+
+def train_peer(args: argparse.Namespace, peer: str, seed: int, folder: Path) -> RunRecord:
+    """One peer run in this (child) process; SB3 and SBX share the API, the definitions and the callback."""
     import torch
-    from stable_baselines3 import SAC
     from stable_baselines3.common.callbacks import BaseCallback
 
+    if peer == "sb3":
+        from stable_baselines3 import SAC
+
+        device = args.peer_device
+    else:
+        from sbx import SAC
+
+        device = "cpu"  # SBX's torch side (its replay buffer) is always on the CPU; JAX picks the net's device
     if args.sb3_threads:
         torch.set_num_threads(args.sb3_threads)
-    folder = scratch / f"sb3-{seed}"
-    folder.mkdir(parents=True)
-    os.environ[EPISODE_DIR_VAR] = str(folder)
-    record = RunRecord("sb3", seed)
+    record = RunRecord(peer, seed)
     excluded: list[tuple[float, float]] = []  # wall intervals spent in evaluations (not counted)
 
     def clock(t: float) -> float:
@@ -299,7 +413,7 @@ def run_sb3(args: argparse.Namespace, seed: int, scratch: Path) -> RunRecord:
                 end = time.time()
                 excluded.append((start, end))
                 record.evals.append((clock(end) - t0, self.num_timesteps, mean))
-                if args.stop_when_reached and reached_sb3():
+                if args.stop_when_reached and reached_peer():
                     record.note = "stopped once both thresholds were reached"
                     return False
             if args.wall_budget and clock(time.time()) - t0 >= args.wall_budget:
@@ -307,7 +421,7 @@ def run_sb3(args: argparse.Namespace, seed: int, scratch: Path) -> RunRecord:
                 return False
             return True
 
-    def reached_sb3() -> bool:
+    def reached_peer() -> bool:
         probe = RunRecord("probe", 0, train=train_curve(folder, t0, clock))
         return probe.first_train(args.threshold_train, args.window) is not None and any(
             r >= args.threshold_eval for _, _, r in record.evals)
@@ -316,16 +430,22 @@ def run_sb3(args: argparse.Namespace, seed: int, scratch: Path) -> RunRecord:
     model = SAC(
         "MlpPolicy", gym.make(f"{RECORDED_ID}"), learning_rate=args.sb3_lr, buffer_size=1_000_000,
         learning_starts=args.learning_starts, batch_size=256, tau=0.005, gamma=0.99, train_freq=1, gradient_steps=1,
-        ent_coef="auto_1.0", target_entropy="auto", policy_kwargs={"net_arch": [256, 256]}, seed=seed, device="cpu",
+        ent_coef="auto_1.0", target_entropy="auto", policy_kwargs={"net_arch": [256, 256]}, seed=seed, device=device,
     )
     model.learn(total_timesteps=args.total_steps, callback=Bench())
     end = time.time()
-    os.environ.pop(EPISODE_DIR_VAR, None)
     record.wall_s = clock(end) - t0
     record.env_steps, record.updates = int(model.num_timesteps), int(model._n_updates)
     record.train = train_curve(folder, t0, clock)
     eval_env.close()
     return record
+
+
+def run_peer(args: argparse.Namespace, peer: str, seed: int, scratch: Path) -> RunRecord:
+    data = run_peer_child(args, peer, "train", seed, scratch)["record"]
+    data["train"] = [tuple(x) for x in data["train"]]
+    data["evals"] = [tuple(x) for x in data["evals"]]
+    return RunRecord(**data)
 
 
 def evaluate(model, env: gym.Env, episodes: int, seed: int) -> float:
@@ -370,7 +490,7 @@ def report(records: list[RunRecord], args: argparse.Namespace) -> dict:
             "t_eval": hit_eval[0] if hit_eval else None, "step_eval": hit_eval[1] if hit_eval else None,
             "train_at": r.train_at(t_fixed, args.window), "eval_at": r.eval_at(t_fixed),
             "final_eval": r.evals[-1][2] if r.evals else math.nan, "episodes": len(r.train), "note": r.note,
-            "evals": [(round(t, 1), s, round(m, 1)) for t, s, m in r.evals],
+            "evals": [(round(t, 1), s, round(m, 1)) for t, s, m in r.evals], "device": r.device,
         }
     print(f"\n== {args.env}: training return = mean of the last {args.window} training episodes; thresholds "
           f"train {args.threshold_train:g}, eval {args.threshold_eval:g}; fixed wall time {fmt(t_fixed, '.0f')} s")
@@ -392,22 +512,27 @@ def report(records: list[RunRecord], args: argparse.Namespace) -> dict:
     for name, per_seed in rows.items():
         for seed, v in per_seed.items():
             print(f"  {name} seed {seed} evals (wall s, env step, mean return): {v['evals']}")
-    ratios = {}
-    if "sb3" in rows:
-        print("\nratios ours / SB3 (time: lower is better; rates: higher is better)")
-        for name in (n for n in rows if n != "sb3"):
+    devices = {name: sorted({v["device"] for v in per_seed.values()}) for name, per_seed in rows.items()}
+    print("\ndevices: " + "; ".join(f"{name} {' / '.join(d)}" for name, d in devices.items()))
+    ratios: dict[str, dict] = {}
+    for peer in (p for p in PEERS if p in rows):
+        ratios[peer] = {}
+        print(f"\nratios ours / {PEER_LABELS[peer]} (time: lower is better; rates: higher is better)")
+        for name in (n for n in rows if n not in PEERS):
             for key, label in (("t_train", "wall to train threshold"), ("t_eval", "wall to eval threshold"),
                                ("steps_per_s", "env steps/s"), ("updates_per_s", "updates/s")):
                 per = []
                 for seed, v in rows[name].items():
-                    s = rows["sb3"].get(seed, {}).get(key)
-                    per.append(v[key] / s if v[key] is not None and s not in (None, 0) else None)
-                ours_med, sb3_med = (median([v[key] for v in rows[n].values()]) for n in (name, "sb3"))
-                ratio_of_medians = ours_med / sb3_med if ours_med is not None and sb3_med else None
-                ratios[f"{name}/{key}"] = {"per_seed": per, "of_medians": ratio_of_medians}
+                    theirs = rows[peer].get(seed, {}).get(key)
+                    per.append(v[key] / theirs if v[key] is not None and theirs not in (None, 0) else None)
+                ours_med, peer_med = (median([v[key] for v in rows[n].values()]) for n in (name, peer))
+                ratio_of_medians = ours_med / peer_med if ours_med is not None and peer_med else None
+                median_ratio = median(per)
+                ratios[peer][f"{name}/{key}"] = {"per_seed": per, "of_medians": ratio_of_medians,
+                                                 "median": median_ratio}
                 print(f"  {name:<15} {label:<24} per seed {', '.join(fmt(p, '.2f') for p in per)}; "
-                      f"median {fmt(ratio_of_medians, '.2f')}")
-    return {"t_fixed": t_fixed, "rows": rows, "ratios": ratios}
+                      f"median {fmt(median_ratio, '.2f')}; of the medians {fmt(ratio_of_medians, '.2f')}")
+    return {"t_fixed": t_fixed, "rows": rows, "ratios": ratios, "devices": devices}
 
 
 def load_line() -> str:
@@ -433,11 +558,21 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--serial", action="store_true", help="measure our serial mode")
     parser.add_argument("--parallel", action="store_true", help="measure our parallel mode (the default if "
                         "--serial is not given)")
-    parser.add_argument("--skip-sb3", action="store_true", help="run ours only")
-    parser.add_argument("--skip-ours", action="store_true", help="run SB3 only")
-    parser.add_argument("--sb3-lr", type=float, default=None, help="SB3 learning rate (default rl-zoo's for the env)")
-    parser.add_argument("--sb3-threads", type=int, default=0, help="torch threads for SB3 (default 0: torch's "
-                        "default, one per core, SB3's fastest on a quiet 2-core machine: 85 vs 57 steps/s with 1)")
+    parser.add_argument("--peers", nargs="+", choices=PEERS, default=list(PEERS),
+                        help="the peers to run after ours, each seed (default: sb3 sbx)")
+    parser.add_argument("--skip-sb3", action="store_true", help="leave SB3 out of --peers")
+    parser.add_argument("--skip-sbx", action="store_true", help="leave SBX out of --peers")
+    parser.add_argument("--skip-ours", action="store_true", help="run the peers only")
+    parser.add_argument("--peer-device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="the peers' device: SB3's device=; for SBX the JAX platform (JAX_PLATFORMS; auto: "
+                        "JAX's choice, the GPU when its CUDA plugin is installed)")
+    parser.add_argument("--device", default=None, help="our two learners' device (auto, cpu, cuda, cuda:N; "
+                        "default: our auto); --set actor_device=... / critic_device=... set them one by one")
+    parser.add_argument("--sb3-lr", type=float, default=None, help="the peers' learning rate, one for actor, critic "
+                        "and alpha, SB3 and SBX alike (default rl-zoo's for the env)")
+    parser.add_argument("--sb3-threads", type=int, default=0, help="torch threads for the peers (default 0: "
+                        "torch's default, one per core, SB3's fastest on a quiet 2-core machine: 85 vs 57 steps/s "
+                        "with 1); SBX's JAX keeps its own thread pool")
     parser.add_argument("--logdir", default=None, help="our run folders (default: a scratch folder, removed)")
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
     parser.add_argument("--set", nargs="*", default=[], type=lambda s: (s.split("=", 1)[0], json.loads(s.split("=", 1)[1])),
@@ -451,6 +586,10 @@ def main(argv: list[str] | None = None) -> dict:
     args.total_steps = d_total if args.total_steps is None else args.total_steps
     args.eval_every = d_every if args.eval_every is None else args.eval_every
     modes = ([False] if args.parallel or not args.serial else []) + ([True] if args.serial else [])
+    skipped = {p for p in PEERS if getattr(args, f"skip_{p}")}
+    args.peers = [p for p in dict.fromkeys(args.peers) if p not in skipped]
+    if args.skip_ours and not args.peers:
+        raise ConfigError("nothing to run: --skip-ours and no peer left")
 
     os.environ[BASE_ENV_VAR] = args.env
     tools_dir = str(Path(__file__).resolve().parent)
@@ -461,23 +600,29 @@ def main(argv: list[str] | None = None) -> dict:
     args.logdir = args.logdir or str(scratch / "runs")
     import torch
 
-    print(f"load average before: {load_line()}   cores {os.cpu_count()}   torch default threads "
-          f"{torch.get_num_threads()}; ours 1 per process; SB3 {args.sb3_threads or torch.get_num_threads()}")
-    print(f"{args.env}: {args.total_steps} env steps, learning_starts {args.learning_starts}, eval every "
-          f"{args.eval_every} x {args.eval_episodes} episodes, SB3 lr {args.sb3_lr:g}, seeds {args.seeds}", flush=True)
     records: list[RunRecord] = []
     try:
+        # wrong devices and missing peers fail here, before any run, with one line
+        ours_devices = {} if args.skip_ours else {serial: ours_device(ours_config(args, args.seeds[0], serial))
+                                                  for serial in modes}
+        peer_devices = {peer: run_peer_child(args, peer, "probe", 0, scratch)["device"] for peer in args.peers}
+        print(f"load average before: {load_line()}   cores {os.cpu_count()}   torch default threads "
+              f"{torch.get_num_threads()}; ours 1 per process; peers {args.sb3_threads or torch.get_num_threads()}")
+        print(f"{args.env}: {args.total_steps} env steps, learning_starts {args.learning_starts}, eval every "
+              f"{args.eval_every} x {args.eval_episodes} episodes, peers' lr {args.sb3_lr:g}, seeds {args.seeds}")
+        for serial, device in ours_devices.items():
+            print(f"  ours-{'serial' if serial else 'parallel'} on {device}")
+        for peer, device in peer_devices.items():
+            print(f"  {peer} on {device}", flush=True)
         for seed in args.seeds:
             if not args.skip_ours:
                 for serial in modes:
                     records.append(run_ours(args, seed, serial, scratch))
                     print(f"  done {records[-1].name} seed {seed}: {records[-1].wall_s:.1f} s, load {load_line()}",
                           flush=True)
-            if not args.skip_sb3:
-                threads = torch.get_num_threads()
-                records.append(run_sb3(args, seed, scratch))
-                torch.set_num_threads(threads)
-                print(f"  done sb3 seed {seed}: {records[-1].wall_s:.1f} s, load {load_line()}", flush=True)
+            for peer in args.peers:
+                records.append(run_peer(args, peer, seed, scratch))
+                print(f"  done {peer} seed {seed}: {records[-1].wall_s:.1f} s, load {load_line()}", flush=True)
             if args.json:  # the raw records so far: a run cut short still leaves its finished seeds
                 Path(args.json).write_text(json.dumps({"partial": [dataclasses.asdict(r) for r in records]}))
         figures = report(records, args)
@@ -489,5 +634,13 @@ def main(argv: list[str] | None = None) -> dict:
     return figures
 
 
+def cli() -> None:
+    try:
+        main()
+    except SpreezeError as exc:  # bad input (a device this machine lacks, a peer not installed): one line
+        print(f"error: {exc}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+
+
 if __name__ == "__main__":
-    main()
+    cli()

@@ -1,31 +1,34 @@
-"""Smoke test of tools/bench_vs_sb3.py at its smallest size, so the benchmark does not rot.
+"""Smoke tests of tools/bench_vs_sb3.py at its smallest size, so the benchmark does not rot.
 
-It times nothing (speed lives in the benchmark itself); it checks that both sides run, that the
-shared episode recorder saw training and evaluation episodes, and that the figures come out.
+They time nothing (speed lives in the benchmark itself); they check that ours and each peer (SB3,
+SBX) run, that the shared episode recorder saw training and evaluation episodes, that the figures,
+ratios and devices come out, and that a device this machine lacks is refused with one line.
 """
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
+BENCH = [sys.executable, str(ROOT / "tools" / "bench_vs_sb3.py")]
+SMALLEST = ["--seeds", "1", "--serial", "--total-steps", "600", "--learning-starts", "400", "--eval-every", "300",
+            "--eval-episodes", "2"]
+needs_sbx = pytest.mark.skipif(importlib.util.find_spec("sbx") is None,
+                               reason="sbx-rl (the bench extra's SBX peer) is not installed")
 
 
-def test_bench_vs_sb3_smallest_configuration(tmp_path: Path) -> None:
-    pytest.importorskip("stable_baselines3", reason="the bench extra (stable-baselines3) is not installed")
-    out = tmp_path / "figures.json"
-    cmd = [sys.executable, str(ROOT / "tools" / "bench_vs_sb3.py"), "--seeds", "1", "--serial", "--total-steps", "600",
-           "--learning-starts", "400", "--eval-every", "300", "--eval-episodes", "2", "--json", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT, check=False)
-    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "load average before" in proc.stdout and "ratios ours / SB3" in proc.stdout
-    rows = json.loads(out.read_text())["rows"]
-    assert set(rows) == {"ours-serial", "sb3"}
+def run_bench(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run(BENCH + args, capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False)
+
+
+def check_rows(rows: dict) -> None:
     for name, per_seed in rows.items():
         v = per_seed["1"]
         assert v["env_steps"] == 600, name
@@ -33,3 +36,61 @@ def test_bench_vs_sb3_smallest_configuration(tmp_path: Path) -> None:
         assert v["updates"] > 0, name
         assert [e[1] for e in v["evals"]] == [300, 600], name  # evaluations found and tied to their env step
         assert all(-2000 < e[2] <= 0 for e in v["evals"]), name
+
+
+def test_bench_vs_sb3_smallest_configuration(tmp_path: Path) -> None:
+    pytest.importorskip("stable_baselines3", reason="the bench extra (stable-baselines3) is not installed")
+    out = tmp_path / "figures.json"
+    proc = run_bench(SMALLEST + ["--skip-sbx", "--device", "cpu", "--peer-device", "cpu", "--json", str(out)])
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "load average before" in proc.stdout and "ratios ours / SB3" in proc.stdout
+    assert "ratios ours / SBX" not in proc.stdout
+    figures = json.loads(out.read_text())
+    rows = figures["rows"]
+    assert set(rows) == {"ours-serial", "sb3"}
+    check_rows(rows)
+    assert rows["ours-serial"]["1"]["device"].startswith("actor cpu, critic cpu")  # --device reached our learners
+    assert rows["sb3"]["1"]["device"] == "torch cpu (cpu)"
+    assert set(figures["ratios"]) == {"sb3"}
+    ratio = figures["ratios"]["sb3"]["ours-serial/updates_per_s"]
+    assert ratio["per_seed"][0] == pytest.approx(
+        rows["ours-serial"]["1"]["updates_per_s"] / rows["sb3"]["1"]["updates_per_s"])
+
+
+@needs_sbx
+def test_bench_vs_sbx_smallest_configuration(tmp_path: Path) -> None:
+    out = tmp_path / "figures.json"
+    proc = run_bench(SMALLEST + ["--peers", "sbx", "--peer-device", "cpu", "--set", 'critic_device="cpu"',
+                                 "--json", str(out)])
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "ratios ours / SBX" in proc.stdout and "ratios ours / SB3" not in proc.stdout
+    assert "sbx on jax cpu" in proc.stdout
+    figures = json.loads(out.read_text())
+    rows = figures["rows"]
+    assert set(rows) == {"ours-serial", "sbx"}
+    check_rows(rows)
+    assert "critic cpu" in rows["ours-serial"]["1"]["device"]  # --set critic_device reached our critic
+    assert rows["sbx"]["1"]["device"] == "jax cpu (cpu)"  # JAX_PLATFORMS=cpu from --peer-device cpu
+    assert figures["devices"]["sbx"] == ["jax cpu (cpu)"]
+    assert figures["ratios"]["sbx"]["ours-serial/steps_per_s"]["per_seed"][0] > 0
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal of a GPU this machine does not have")
+@pytest.mark.parametrize("flags", [["--device", "cuda:0"], ["--set", 'actor_device="cuda:0"'],
+                                   ["--skip-ours", "--skip-sbx", "--peer-device", "cuda"]],
+                         ids=["device", "set", "peer-device"])
+def test_an_absent_gpu_is_refused_before_any_run(flags: list[str]) -> None:
+    if "--skip-ours" in flags and importlib.util.find_spec("stable_baselines3") is None:
+        pytest.skip("the bench extra (stable-baselines3) is not installed")
+    proc = run_bench(SMALLEST + flags, timeout=120)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: ") and "cuda" in proc.stderr
+    assert "done " not in proc.stdout  # refused before the first run
+
+
+@needs_sbx
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal of a GPU this machine does not have")
+def test_sbx_on_an_absent_gpu_is_refused() -> None:
+    proc = run_bench(SMALLEST + ["--skip-ours", "--peers", "sbx", "--peer-device", "cuda"], timeout=120)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: --peer-device cuda: JAX runs on cpu")
