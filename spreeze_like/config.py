@@ -33,6 +33,8 @@ from spreeze_like.errors import ConfigError
 ALGOS = ("sac", "td3", "ddpg")
 
 PRECISIONS = ("auto", "fp32", "bf16")
+LEARNER_STEPS = ("auto", "eager", "cuda-graph")  # algos/graphed.py
+DEVICE_REPLAY = ("auto", "on", "off")  # roles/batches.py
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps)$")
 
 
@@ -113,6 +115,14 @@ class TrainConfig:
         "fp32); auto = bf16 on a CPU learner when the CPU multiplies bf16 natively (avx512_bf16/AMX), else fp32",
         choices=PRECISIONS,
     )
+    learner_step: str = _f(
+        "auto", "how a learner runs its update: cuda-graph (captured once, replayed: no per-kernel launch cost), "
+        "eager; auto = cuda-graph on a GPU learner, eager on the CPU", choices=LEARNER_STEPS,
+    )
+    device_replay: str = _f(
+        "auto", "mirror the replay columns a learner reads on its device and gather batches there (no batch "
+        "crosses PCIe); auto = on for a GPU learner, off on the CPU", choices=DEVICE_REPLAY,
+    )
     torch_threads: int = _f(1, "torch CPU threads per process (learners; samplers always use 1)")
     # --- evaluation, logging, checkpoints ---------------------------------------------------------
     eval_every: int = _f(5_000, "env steps between evaluations (0: only the final one)")
@@ -150,6 +160,10 @@ class TrainConfig:
             raise bad("algo", f"choose one of {', '.join(ALGOS)}")
         if self.precision not in PRECISIONS:
             raise bad("precision", f"choose one of {', '.join(PRECISIONS)}")
+        if self.learner_step not in LEARNER_STEPS:
+            raise bad("learner_step", f"choose one of {', '.join(LEARNER_STEPS)}")
+        if self.device_replay not in DEVICE_REPLAY:
+            raise bad("device_replay", f"choose one of {', '.join(DEVICE_REPLAY)}")
         positive_ints = (
             "total_steps",
             "samplers",
@@ -212,6 +226,9 @@ class TrainConfig:
         self.validate()
         actor_device, critic_device = resolve_devices(self.actor_device, self.critic_device)
         precision = resolve_precision(self.precision, (actor_device, critic_device))
+        if self.learner_step == "cuda-graph" and not all(d.startswith("cuda") for d in (actor_device, critic_device)):
+            raise ConfigError(f"--learner-step cuda-graph needs both learners on CUDA (actor {actor_device}, critic "
+                              f"{critic_device}); use --learner-step auto or eager")
         delay = self.policy_delay or (2 if self.algo == "td3" else 1)
         actor_lr = auto_actor_lr(self.env) if self.actor_lr is None else self.actor_lr
         return dataclasses.replace(

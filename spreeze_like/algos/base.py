@@ -75,13 +75,18 @@ class _Part:
             raise ValueError(f"precision must be resolved to fp32 or bf16, got {spec.precision!r}")
         self.bf16 = spec.precision == "bf16"
 
-    def autocast(self) -> torch.autocast:
+    def autocast(self, cache: bool = True) -> torch.autocast:
         """The arithmetic context of one ``step``: bf16 autocast of the hidden layers, or a no-op.
 
         Enter it around each step separately: autocast caches the bf16 casts of the weights until
-        the region exits, so a region spanning several steps would keep using stale weights.
+        the region exits, so a region spanning several steps would keep using stale weights. A CUDA
+        graph capture passes ``cache=False`` (the captured casts re-run on every replay).
         """
-        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16)
+        return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16, cache_enabled=cache)
+
+    def step_variant(self) -> int:
+        """Which host-side branch the next ``step`` takes (one CUDA graph per value; see algos/graphed.py)."""
+        return 0
 
     def build_actor(self) -> nn.Module:
         from spreeze_like.algos import actor_class
@@ -147,9 +152,16 @@ class CriticPart(_Part):
         """Scalars appended to the critic vector (SAC: log_alpha)."""
         return []
 
+    def published_tensors(self) -> list[torch.Tensor]:
+        """The critic vector's tensors, in order: the critic's parameters, then the extra scalars."""
+        return self.critic_params + [t.reshape(1) for t in self.extra_critic_state()]
+
+    def copy_tensors(self) -> list[torch.Tensor]:
+        """The tensors an actor vector loads into (this half's copy of the actor)."""
+        return self.actor_params
+
     def critic_vector(self) -> np.ndarray:
-        # one cat of parameters and extra scalars: the critic publishes this after every update
-        return get_flat(self.critic_params + [t.reshape(1) for t in self.extra_critic_state()])
+        return get_flat(self.published_tensors())
 
     @property
     def actor_vector_size(self) -> int:
@@ -157,7 +169,7 @@ class CriticPart(_Part):
         return numel(self.actor)
 
     def load_actor_vector(self, vec: np.ndarray) -> None:
-        set_flat(self.actor_params, vec)
+        set_flat(self.copy_tensors(), vec)
 
 
 class TargetActorCriticPart(CriticPart):
@@ -173,6 +185,10 @@ class TargetActorCriticPart(CriticPart):
         self.actor_target = self.frozen_copy(self.actor)
         self.modules["actor_target"] = self.actor_target
         self.actor_target_params = params_of([self.actor_target])
+
+    def step_variant(self) -> int:
+        """1 when the next update also moves the targets (every ``policy_delay`` updates), else 0."""
+        return int((self.updates + 1) % self.spec.policy_delay == 0)
 
     def update_targets(self) -> None:
         """Count the update; every ``policy_delay`` updates soft-update the target actor and critic."""
@@ -200,19 +216,29 @@ class ActorPart(_Part):
         """One actor update. Returns scalar metric tensors."""
         raise NotImplementedError
 
-    n_extra_critic_state = 0  # scalars a CriticPart appends to the critic vector (SAC: 1, log_alpha)
+    # Scalars a CriticPart appends to the critic vector (SAC: 1, log_alpha): a class constant, so the
+    # supervisor sizes the boards without building networks (procs/segments.vector_sizes).
+    n_extra_critic_state = 0
+
+    def extra_copy_tensors(self) -> list[torch.Tensor]:
+        """Where the ``n_extra_critic_state`` scalars of the critic vector land (SAC: the copy of log_alpha)."""
+        return []
+
+    def published_tensors(self) -> list[torch.Tensor]:
+        """The actor vector's tensors: the actor's parameters."""
+        return self.actor_params
+
+    def copy_tensors(self) -> list[torch.Tensor]:
+        """The tensors a critic vector loads into: the critic copy's parameters, then the extras."""
+        return self.critic_params + self.extra_copy_tensors()
 
     @property
     def critic_vector_size(self) -> int:
         """Length of the critic vector this half loads."""
-        return self._critic_numel + self.n_extra_critic_state
-
-    def load_extra_critic_state(self, extra: np.ndarray) -> None:
-        """Receive the scalars a CriticPart appended to its vector (SAC: log_alpha)."""
+        return sum(t.numel() for t in self.copy_tensors())
 
     def actor_vector(self) -> np.ndarray:
-        return get_flat(self.actor_params)
+        return get_flat(self.published_tensors())
 
     def load_critic_vector(self, vec: np.ndarray) -> None:
-        set_flat(self.critic_params, vec[: self._critic_numel])
-        self.load_extra_critic_state(vec[self._critic_numel :])
+        set_flat(self.copy_tensors(), vec)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import math
 
-import numpy as np
 import torch
 
 from spreeze_like.algos.base import ActorPart, AlgoSpec, Batch, CriticPart, weighted_mse
@@ -85,8 +84,8 @@ class SACActor(ActorPart):
         self.log_alpha = torch.tensor([math.log(spec.alpha_init)], device=self.device)
         self.tensors["log_alpha_copy"] = self.log_alpha
 
-    def load_extra_critic_state(self, extra: np.ndarray) -> None:
-        self.log_alpha.fill_(float(extra[0]))
+    def extra_copy_tensors(self) -> list[torch.Tensor]:
+        return [self.log_alpha]
 
     def step(self, b: Batch) -> dict[str, torch.Tensor]:
         alpha = self.log_alpha.exp()

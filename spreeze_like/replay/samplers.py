@@ -174,6 +174,17 @@ class PrioritizedSampler:
             rows.obs, rows.action, rows.reward, rows.next_obs, rows.terminated, weights, slots, rows.generations
         )
 
+    def sample_slots(self, batch_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Draw slots and weights only (slots, weights, generations): a device mirror gathers the rows.
+
+        For the storage's writer process (the critic learner), whose mirror holds exactly what the
+        storage holds; the generations are those of the rows as they are now, for the priority write.
+        """
+        _check_batch(self.storage, batch_size)
+        slots, _, weights = self.tree.sample_weighted(batch_size, self.beta)
+        self.steps += 1
+        return slots, weights, self.storage.generations[slots].copy()
+
     def update_priorities(self, slots: np.ndarray, generations: np.ndarray, td_errors: np.ndarray) -> int:
         """Set priorities (|td| + eps)^alpha for the sampled slots not rewritten since; returns #applied."""
         c = self.config

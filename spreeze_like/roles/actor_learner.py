@@ -22,12 +22,15 @@ row end the run with :class:`~spreeze_like.errors.NonFiniteError`.
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
 
 from spreeze_like.algos import make_actor_part
-from spreeze_like.algos.base import AlgoSpec
-from spreeze_like.roles.learning import LearnerRole, to_batch
+from spreeze_like.algos.base import AlgoSpec, Batch
+from spreeze_like.algos.graphed import ACTOR_INPUTS, resolve_step_mode
+from spreeze_like.roles.batches import HostBatches, MirrorBatches, use_device_replay
+from spreeze_like.roles.learning import LearnerRole
 from spreeze_like.roles.ports import ReplaySampler, StatsWriter, WeightsSink, WeightsSource
+from spreeze_like.seeding import derive_seed
 
 
 class ActorLearner(LearnerRole):
@@ -43,6 +46,8 @@ class ActorLearner(LearnerRole):
         batch_size: transitions per update.
         sync_period: updates between publishing the actor and refreshing the critic copy.
         max_nonfinite_steps: consecutive steps with NaN/inf gradients that end the run.
+        step_mode: ``auto``/``eager``/``cuda-graph`` (see ``algos/graphed.py``).
+        device_replay: ``auto``/``on``/``off``: gather observations from a mirror on the device.
     """
 
     def __init__(
@@ -56,17 +61,22 @@ class ActorLearner(LearnerRole):
         batch_size: int,
         sync_period: int = 1,
         max_nonfinite_steps: int = 10,
+        step_mode: str = "auto",
+        device_replay: str = "auto",
     ) -> None:
         part = make_actor_part(spec, device)
         self.replay, self.policy_delay = replay, spec.policy_delay
-        super().__init__(part, critic_source, actor_sink, stats, batch_size, sync_period, part.critic_vector_size,
-                         "actor-learner", max_nonfinite_steps)
+        if use_device_replay(device_replay, device):
+            # observations only: every actor loss here reads nothing else (ACTOR_INPUTS)
+            self.batches: Any = MirrorBatches(replay, part.device, ACTOR_INPUTS, False,
+                                              derive_seed(spec.seed, "replay/actor-device"))
+        else:
+            self.batches = HostBatches(replay, False)
+        super().__init__(part, critic_source, actor_sink, stats, batch_size, sync_period, "actor-learner",
+                         max_nonfinite_steps, ACTOR_INPUTS, False, resolve_step_mode(step_mode, device))
 
-    def own_vector(self) -> np.ndarray:
-        return self.part.actor_vector()
-
-    def load_copy(self, vec: np.ndarray) -> None:
-        self.part.load_critic_vector(vec)
+    def device_update(self, batch: Batch) -> None:
+        self.metrics.accumulate(self.part.step(batch), self.guard.count())
 
     def updates_due(self, critic_updates: int) -> int:
         """Actor updates owed after ``critic_updates`` critic updates (never negative)."""
@@ -76,12 +86,11 @@ class ActorLearner(LearnerRole):
         """One actor update (maybe sync, sample, step, maybe publish)."""
         if self.sync_due():
             self.refresh_copy()
-        raw = self.replay.sample(self.batch_size)
-        self.guard.begin()
-        with self.part.autocast():
-            metrics = self.part.step(to_batch(raw, self.part.device, use_weights=False))
-        self.metrics.add(metrics, applied=self.guard.end())
+        self.poll_publish()
+        self.runner.run(self.batches.draw(self.runner).batch)
+        self.guard.tick()
+        self.metrics.tick()
         self.observe_staleness()
         self.stats.add("updates")
         if self.sync_due():
-            self.publish()
+            self.request_publish()

@@ -76,6 +76,8 @@ def critic_learner(
         config.weight_sync_period,
         config.prioritized,
         config.max_nonfinite_steps,
+        config.learner_step,
+        config.device_replay,
     )
 
 
@@ -100,6 +102,8 @@ def actor_learner(
         config.batch_size,
         config.weight_sync_period,
         config.max_nonfinite_steps,
+        config.learner_step,
+        config.device_replay,
     )
 
 

@@ -21,12 +21,17 @@ row end the run with :class:`~spreeze_like.errors.NonFiniteError`; a skipped ste
 
 from __future__ import annotations
 
-import numpy as np
+from typing import Any
+
+import torch
 
 from spreeze_like.algos import make_critic_part
-from spreeze_like.algos.base import AlgoSpec
-from spreeze_like.roles.learning import LearnerRole, to_batch
+from spreeze_like.algos.base import AlgoSpec, Batch
+from spreeze_like.algos.graphed import CRITIC_INPUTS, resolve_step_mode
+from spreeze_like.roles.batches import HostBatches, MirrorBatches, PendingPriorities, use_device_replay
+from spreeze_like.roles.learning import LearnerRole
 from spreeze_like.roles.ports import ReplaySampler, StatsWriter, WeightsSink, WeightsSource
+from spreeze_like.seeding import derive_seed
 
 
 class CriticLearner(LearnerRole):
@@ -43,6 +48,8 @@ class CriticLearner(LearnerRole):
         sync_period: updates between publishing the critic and refreshing the actor copy.
         prioritized: apply importance weights and write TD-error priorities.
         max_nonfinite_steps: consecutive steps with NaN/inf gradients that end the run.
+        step_mode: ``auto``/``eager``/``cuda-graph`` (see ``algos/graphed.py``).
+        device_replay: ``auto``/``on``/``off``: gather batches from a mirror on the device (``roles/batches.py``).
     """
 
     def __init__(
@@ -57,37 +64,46 @@ class CriticLearner(LearnerRole):
         sync_period: int = 1,
         prioritized: bool = False,
         max_nonfinite_steps: int = 10,
+        step_mode: str = "auto",
+        device_replay: str = "auto",
     ) -> None:
         part = make_critic_part(spec, device)
         self.replay, self.prioritized = replay, prioritized
-        super().__init__(part, actor_source, critic_sink, stats, batch_size, sync_period, part.actor_vector_size,
-                         "critic-learner", max_nonfinite_steps)
+        if use_device_replay(device_replay, device):
+            self.batches: Any = MirrorBatches(replay, part.device, CRITIC_INPUTS, prioritized,
+                                              derive_seed(spec.seed, "replay/critic-device"))
+        else:
+            self.batches = HostBatches(replay, prioritized)
+        self.priorities = PendingPriorities(replay, part.device, batch_size) if prioritized else None
+        super().__init__(part, actor_source, critic_sink, stats, batch_size, sync_period, "critic-learner",
+                         max_nonfinite_steps, CRITIC_INPUTS, prioritized, resolve_step_mode(step_mode, device))
 
-    def own_vector(self) -> np.ndarray:
-        return self.part.critic_vector()
-
-    def load_copy(self, vec: np.ndarray) -> None:
-        self.part.load_actor_vector(vec)
+    def device_update(self, batch: Batch) -> torch.Tensor:
+        td_errors, metrics = self.part.step(batch)
+        metrics["td_error"] = td_errors.mean()
+        if batch.weights is not None:
+            metrics["is_weight"] = batch.weights.mean()
+        self.metrics.accumulate(metrics, self.guard.count())
+        return td_errors
 
     def update(self) -> None:
         """One critic update (sample, step, priorities, maybe sync)."""
         if self.sync_due():
             self.refresh_copy()
-        raw = self.replay.sample(self.batch_size)
-        batch = to_batch(raw, self.part.device, use_weights=self.prioritized)
-        self.guard.begin()
-        with self.part.autocast():
-            td_errors, metrics = self.part.step(batch)
-        if self.prioritized:
-            priorities = td_errors.cpu().numpy()
-            if np.isfinite(priorities).all():  # a skipped step's TD errors may be NaN: keep the old priorities
-                self.replay.update_priorities(raw.slots, raw.generations, priorities)
-        metrics["td_error"] = td_errors.mean()
-        if batch.weights is not None:
-            metrics["is_weight"] = batch.weights.mean()
-        self.metrics.add(metrics, applied=self.guard.end())
+        self.poll_publish()
+        drawn = self.batches.draw(self.runner)
+        td_errors = self.runner.run(drawn.batch)
+        self.guard.tick()
+        self.metrics.tick()
+        if self.priorities is not None:
+            self.priorities.push(td_errors, drawn.slots, drawn.generations)
         self.observe_staleness()
         self.stats.add("updates")
         self.stats.add("update_frames", float(self.batch_size))
         if self.sync_due():
-            self.publish()
+            self.request_publish()
+
+    def flush(self) -> None:
+        if self.priorities is not None:
+            self.priorities.poll(block=True)
+        super().flush()

@@ -38,77 +38,99 @@ def to_batch(raw: Any, device: torch.device, use_weights: bool) -> Batch:
 class MetricMeans:
     """Sums scalar metric tensors on the learner's device and hands them to stats every ``period`` updates.
 
-    One ``torch.stack`` per update and one device-to-host copy per period: logging never forces a
-    GPU sync per update, and the stats block sees a handful of writes per period, not per update.
-    A step the non-finite guard skipped (``applied`` 0) adds nothing: its metrics may be NaN.
+    :meth:`accumulate` is device work only (a CUDA graph captures it with the step); :meth:`tick`
+    is the host's count, and every ``period`` updates :meth:`flush` reads the sums with one
+    device-to-host copy. So logging never forces a GPU sync per update, and the stats block sees a
+    handful of writes per period, not per update. A step the non-finite guard skipped
+    (``applied`` 0) adds nothing: its metrics may be NaN. The sums are zeroed in place (a captured
+    graph keeps adding into the same tensors), and the set of metric names is fixed at the first call.
     """
 
     def __init__(self, stats: StatsWriter, period: int = 20) -> None:
         self.stats, self.period = stats, period
         self._keys: tuple[str, ...] = ()
-        self._sum: torch.Tensor | None = None
-        self._kept: torch.Tensor | None = None  # applied steps in the sums (a device scalar)
+        self._sum: torch.Tensor | None = None  # [len(keys) + 1]: the sums, then the applied steps
         self._count = 0
 
     def add(self, metrics: dict[str, torch.Tensor], applied: torch.Tensor | float = 1.0) -> None:
         """Add one update's metrics; ``applied`` is 1.0, or 0.0 for a skipped step (a tensor: no sync)."""
+        self.accumulate(metrics, applied)
+        self.tick()
+
+    def accumulate(self, metrics: dict[str, torch.Tensor], applied: torch.Tensor | float = 1.0) -> None:
         keys = tuple(metrics)
         values = torch.stack([v.reshape(()).float() for v in metrics.values()])
-        kept = torch.as_tensor(applied, dtype=torch.float32, device=values.device)
-        values = torch.where(kept > 0, values, torch.zeros_like(values))
-        if self._sum is None or keys != self._keys:
-            self.flush()
-            self._keys, self._sum, self._kept = keys, values, kept.clone()
-        else:
-            self._sum += values
-            self._kept += kept
+        kept = torch.as_tensor(applied, dtype=torch.float32, device=values.device).reshape(1)
+        row = torch.cat([torch.where(kept > 0, values, torch.zeros_like(values)), kept])
+        if self._sum is None:
+            self._keys, self._sum = keys, torch.zeros_like(row)
+        elif keys != self._keys:
+            raise ValueError(f"metric names changed from {self._keys} to {keys}")
+        self._sum.add_(row)
+
+    def tick(self) -> None:
         self._count += 1
         if self._count >= self.period:
             self.flush()
 
     def flush(self) -> None:
         if self._sum is not None and self._count:
-            *totals, kept = torch.cat([self._sum, self._kept.reshape(1)]).tolist()
+            *totals, kept = self._sum.tolist()
+            self._sum.zero_()
             if kept > 0:
                 for key, total in zip(self._keys, totals):
                     observe(self.stats, key, total, kept)
-        self._sum, self._kept, self._count = None, None, 0
+        self._count = 0
 
 
 class LearnerRole:
     """The part of a learner role that is the same for the critic and the actor half.
 
     It holds the algorithm half (``part``), publishes the half's own vector to ``sink`` and loads
-    the other half's vector from ``source`` into its copy. Versions are board publish counts: the
-    first publish, at construction, is the seed-determined initial network, which equals the copy
-    the other learner built from the same seed, so the two agree without waiting for each other.
-    Subclasses set ``own_vector`` / ``load_copy`` / ``copy_size`` to their half's methods.
+    the other half's vector from ``source`` into its copy, through a
+    :class:`~spreeze_like.roles.weight_transfer.FlatPublisher` / ``FlatLoader`` (asynchronous on a
+    GPU). Versions are board publish counts: the first publish, at construction, is the
+    seed-determined initial network, which equals the copy the other learner built from the same
+    seed, so the two agree without waiting for each other.
+
+    Each update runs through a :class:`~spreeze_like.algos.graphed.StepRunner` (eager, or CUDA
+    graphs): :meth:`device_update` is everything an update does on the device -- the guard's reset,
+    the half's step, the guard's count, the metric sums -- so one graph replay is the whole update.
 
     Non-finite steps: a :class:`~spreeze_like.roles.nonfinite.NonFiniteGuard` on the half's optimisers
-    skips them (``guard.begin()``/``guard.end()`` around each step), counts them in ``nonfinite_steps``
-    and raises :class:`~spreeze_like.errors.NonFiniteError` after ``max_nonfinite_steps`` in a row.
+    skips them, counts them in ``nonfinite_steps`` and raises :class:`~spreeze_like.errors.NonFiniteError`
+    after ``max_nonfinite_steps`` in a row.
     """
 
     def __init__(self, part: Any, source: WeightsSource, sink: WeightsSink, stats: StatsWriter, batch_size: int,
-                 sync_period: int, copy_size: int, role: str, max_nonfinite_steps: int = 10) -> None:
-        from spreeze_like.roles.nonfinite import NonFiniteGuard  # here: nonfinite imports nothing of ours back
+                 sync_period: int, role: str, max_nonfinite_steps: int = 10, inputs: tuple[str, ...] = (),
+                 with_weights: bool = False, step_mode: str = "eager") -> None:
+        from spreeze_like.algos.graphed import StepRunner  # here: nonfinite/graphed import nothing of ours back
+        from spreeze_like.roles.nonfinite import NonFiniteGuard
+        from spreeze_like.roles.weight_transfer import FlatLoader, FlatPublisher
+
         self.part, self.source, self.sink, self.stats = part, source, sink, stats
         self.batch_size, self.sync_period = batch_size, sync_period
-        self.copy_version = 0  # board version held in the copy; 0: the seed-determined initial network
         self.version = 0  # board version of our last publish
-        self._copy_vec = np.zeros(copy_size, dtype=np.float32)
         self.metrics = MetricMeans(stats)
         self.guard = NonFiniteGuard(part, role, stats, max_nonfinite_steps)
+        self.publisher = FlatPublisher(part.published_tensors(), sink)
+        self.loader = FlatLoader(part.copy_tensors(), source)
+        self.runner = StepRunner(part, self.device_update, batch_size, inputs, with_weights, self.guard.begin,
+                                 step_mode)
         self.publish()
 
     @property
     def updates(self) -> int:
         return self.part.updates
 
-    def own_vector(self) -> np.ndarray:
-        raise NotImplementedError
+    @property
+    def copy_version(self) -> int:
+        """Board version held in the copy; 0: the seed-determined initial network."""
+        return self.loader.version
 
-    def load_copy(self, vec: np.ndarray) -> None:
+    def device_update(self, batch: Batch) -> Any:
+        """One update's device work (captured whole in graph mode); returns what the host needs later."""
         raise NotImplementedError
 
     def sync_due(self) -> bool:
@@ -116,26 +138,36 @@ class LearnerRole:
 
     def refresh_copy(self) -> None:
         """Load the other half's newest vector into the copy, if there is a newer one."""
-        if self.source.version() > self.copy_version:
-            version = self.source.read(self._copy_vec)
-            if version > 0:
-                self.load_copy(self._copy_vec)
-                self.copy_version = version
+        self.loader.refresh()
 
     def observe_staleness(self) -> None:
         observe(self.stats, "copy_staleness", float(max(0, self.source.version() - self.copy_version)))
 
     def publish(self) -> None:
-        self.version = self.sink.publish(self.own_vector())
-        self.stats.set("version", float(self.version))
+        """Publish the own network now (start-up, restore, end): waits for the device."""
+        self._published(self.publisher.publish_now())
+
+    def request_publish(self) -> None:
+        """Publish the own network after the queued work, without waiting for the device (every sync)."""
+        self._published(self.publisher.request())
+
+    def poll_publish(self) -> None:
+        """Hand a finished asynchronous copy to the board (call every update)."""
+        self._published(self.publisher.poll())
+
+    def _published(self, version: int | None) -> None:
+        if version:
+            self.version = version
+            self.stats.set("version", float(version))
 
     def flush(self) -> None:
-        """Hand pending metric sums and skip counts to the stats block (call before a final read).
+        """Hand pending metric sums and skip counts to the stats block, and land a publish in flight.
 
         Raises NonFiniteError if the last updates were skipped ``max_nonfinite_steps`` times in a row.
         """
         self.metrics.flush()
         self.guard.check()
+        self._published(self.publisher.poll(block=True))
 
     def check_finite(self) -> None:
         """Before a checkpoint: raise NonFiniteError unless every network and optimiser tensor is finite."""

@@ -81,14 +81,23 @@ class NonFiniteGuard:
 
     def end(self) -> torch.Tensor:
         """After a step: count it; returns a 0-dim float tensor, 1.0 if the step was applied, 0.0 if skipped."""
+        applied = self.count()
+        self.tick()
+        return applied
+
+    def count(self) -> torch.Tensor:
+        """The device half of :meth:`end` (no host work: a CUDA graph captures it with the step)."""
         found = self.found
         self._skipped.add_(found)
         self._run.add_(found).mul_(found)
         torch.maximum(self._worst, self._run, out=self._worst)
+        return 1.0 - found
+
+    def tick(self) -> None:
+        """The host half of :meth:`end`: one more step counted; read the counters every ``check_every``."""
         self._pending += 1
         if self._pending >= self.check_every:
             self.check()
-        return 1.0 - found
 
     def check(self) -> None:
         """Read the counters (one sync); add skipped steps to stats; raise after ``max_in_row`` in a row."""

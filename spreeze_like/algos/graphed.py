@@ -1,0 +1,149 @@
+"""How a learner half's update runs: eagerly, or replayed from captured CUDA graphs.
+
+A :class:`StepRunner` owns the *static batch*: fixed tensors on the learner's device that the
+learner fills before every update (gathered from the device replay mirror, or copied from a host
+batch). ``run()`` then performs one update of the half on that batch:
+
+* ``eager``: calls the half's ``step`` (the CPU path, unchanged: bf16 autocast where the CPU has it);
+* ``cuda-graph``: the first ``warmup`` updates of each *variant* run eagerly on a side stream (they
+  are real updates: cuBLAS and the optimiser's lazily created state need them before a capture),
+  the next one is captured into a ``torch.cuda.CUDAGraph`` (recording launches nothing) and every
+  later update replays it. One replay is the whole update: the non-finite guard's reset, forward,
+  backward, the gradient check, the fused Adam step, the soft target update. No host
+  synchronisation and no ``.item()``: the step's outputs (TD errors, metric scalars) are static
+  tensors that the caller reads asynchronously (``roles/learning.py``).
+
+Why graphs: a 256x256 SAC update is ~60 small kernels; eager PyTorch needs ~10 us of CPU per
+launch, so at batch 256 the GPU waits on Python. A replay launches them all from one call.
+``torch.compile(mode="reduce-overhead")`` does the same through inductor; BENCHMARKS.md ("GPU
+learner steps") has the measurement that decided between the two.
+
+Variants: a step whose Python control flow depends on a host counter (TD3/DDPG move their targets
+every ``policy_delay`` updates) gets one graph per value of ``part.step_variant()``; each graph has
+its own memory pool because the variants do not replay in a fixed order.
+
+Host state: capturing executes the Python of ``step`` without running kernels, so host counters
+it advances (``part.updates``) are restored after the capture, and a replay advances them itself.
+Random numbers: the half's ``torch.Generator`` is registered with each graph, so every replay draws
+fresh noise (the generator's offset advances per replay, as in eager mode).
+
+Owns device tensors and graphs of its process only; nothing shared, nothing to clean up on a crash.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+
+from spreeze_like.algos.base import Batch
+from spreeze_like.errors import ConfigError
+
+STEP_MODES = ("auto", "eager", "cuda-graph")
+CRITIC_INPUTS = ("obs", "action", "reward", "next_obs", "terminated")
+ACTOR_INPUTS = ("obs",)  # every actor loss here reads observations only
+
+
+def resolve_step_mode(mode: str, device: str | torch.device) -> str:
+    """``auto`` -> ``cuda-graph`` on a CUDA device, else ``eager``; ``cuda-graph`` off CUDA is an error."""
+    kind = torch.device(device).type
+    if mode == "auto":
+        return "cuda-graph" if kind == "cuda" else "eager"
+    if mode == "cuda-graph" and kind != "cuda":
+        raise ConfigError(f"--learner-step cuda-graph needs a CUDA learner device, not {device}; use auto or eager")
+    if mode not in STEP_MODES:
+        raise ConfigError(f"--learner-step {mode!r}: use one of {', '.join(STEP_MODES)}")
+    return mode
+
+
+class StepRunner:
+    """Runs one half's update on a static batch; see the module docstring.
+
+    Args:
+        part: a :class:`~spreeze_like.algos.base.CriticPart` or ``ActorPart``.
+        step: the update (``part.step``), called with a :class:`Batch` of the static tensors.
+        batch_size: rows per update (fixed: the graphs are captured for it).
+        inputs: names of the batch columns the step reads (critic: all five; actor: ``obs``).
+        with_weights: also a static ``weights`` column (prioritized replay's importance weights).
+        begin: called at the start of every update inside the captured region (the guard's reset).
+        mode: ``eager`` or ``cuda-graph`` (resolved; see :func:`resolve_step_mode`).
+        warmup: eager updates per variant before its capture.
+    """
+
+    def __init__(self, part: Any, step: Callable[[Batch], Any], batch_size: int, inputs: Sequence[str],
+                 with_weights: bool = False, begin: Callable[[], None] | None = None, mode: str = "eager",
+                 warmup: int = 3) -> None:
+        self.part, self.step, self.batch_size, self.mode, self.warmup = part, step, batch_size, mode, warmup
+        self.begin = begin or (lambda: None)
+        spec, device = part.spec, part.device
+        shapes = {"obs": (batch_size, spec.obs_dim), "action": (batch_size, spec.act_dim), "reward": (batch_size,),
+                  "next_obs": (batch_size, spec.obs_dim), "terminated": (batch_size,)}
+        names = list(inputs) + (["weights"] if with_weights else [])
+        self.inputs: dict[str, torch.Tensor] = {
+            n: torch.zeros(shapes.get(n, (batch_size,)), dtype=torch.float32, device=device) for n in names
+        }
+        self.batch = Batch(**{f: self.inputs.get(f) for f in Batch._fields})
+        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, Any]] = {}
+        self._eager_runs: dict[int, int] = {}
+        self._stream = torch.cuda.Stream(device) if mode == "cuda-graph" else None
+        self.captures = 0
+
+    def fill_from_host(self, raw: Any) -> None:
+        """Copy a host batch (numpy columns, e.g. a replay sampler's) into the static tensors."""
+        for name, t in self.inputs.items():
+            src = torch.as_tensor(getattr(raw, name)).reshape(t.shape)
+            t.copy_(src, non_blocking=True)
+
+    def run(self, batch: Batch | None = None) -> Any:
+        """One update; returns the step's outputs (static tensors in graph mode).
+
+        ``batch``: eager mode only, a batch to use instead of the static one (the CPU path hands
+        the host sampler's arrays over without a copy). Graph mode always reads the static batch.
+        """
+        if self.mode == "eager":
+            self.begin()
+            with self.part.autocast():
+                return self.step(self.batch if batch is None else batch)
+        if batch is not None:
+            raise ValueError("graph mode reads the static batch: fill runner.inputs instead of passing a batch")
+        variant = self.part.step_variant()
+        graph = self._graphs.get(variant)
+        if graph is not None:
+            updates = self.part.updates
+            graph[0].replay()
+            self.part.updates = updates + 1
+            return graph[1]
+        if self._eager_runs.get(variant, 0) < self.warmup:
+            self._eager_runs[variant] = self._eager_runs.get(variant, 0) + 1
+            return self._side_stream_step()
+        self._graphs[variant] = self._capture()
+        return self.run()
+
+    def _side_stream_step(self) -> Any:
+        # Warm-up work on a side stream, as CUDA graph capture wants (the allocator keeps its blocks apart).
+        stream, current = self._stream, torch.cuda.current_stream(self.part.device)
+        stream.wait_stream(current)
+        with torch.cuda.stream(stream):
+            self.begin()
+            with self.part.autocast():
+                out = self.step(self.batch)
+        current.wait_stream(stream)
+        return out
+
+    def _capture(self) -> tuple[torch.cuda.CUDAGraph, Any]:
+        graph = torch.cuda.CUDAGraph()
+        graph.register_generator_state(self.part.generator)  # fresh noise per replay
+        updates = self.part.updates
+        for optimizer in self.part.optimizers.values():
+            optimizer.zero_grad(set_to_none=True)  # backward allocates the gradients from the graph's pool
+        torch.cuda.synchronize(self.part.device)
+        with torch.cuda.graph(graph, stream=self._stream):
+            self.begin()
+            with self.part.autocast(cache=False):  # a cached cast would outlive the weights it was made from
+                out = self.step(self.batch)
+        if self.part.updates != updates + 1:
+            raise RuntimeError(f"{type(self.part).__name__}.step must advance updates by exactly one")
+        self.part.updates = updates  # the capture ran no kernels: the update happens at the first replay
+        self.captures += 1
+        return graph, out

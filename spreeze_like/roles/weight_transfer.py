@@ -1,0 +1,145 @@
+"""Moving a learner's weights to and from the weight boards without stalling its device.
+
+The boards (``ipc.weight_board``) live in host shared memory: samplers and the evaluator read the
+actor there, and each learner reads the other's network there. A learner on a GPU therefore has to
+bring a flat copy of its parameters to the host (publish) and the other's vector to its device
+(load). Done naively (``tensor.cpu()``, ``torch.as_tensor(vec).to(device)``) each transfer waits
+for every queued kernel: with one publish per update, the GPU idles while the host copies.
+
+* :class:`FlatPublisher`: on CUDA, ``request()`` enqueues, behind the update that produced them,
+  one ``cat`` of the parameters into a device buffer and one asynchronous copy into a pinned host
+  buffer, and records an event; ``poll()`` (called every update) publishes the pinned buffer once
+  the event has passed. The copy is a snapshot in stream order, so later updates cannot tear it.
+  A request while a copy is in flight is merged into one more copy when that one lands (never a
+  queue of stale versions). Cost measured in BENCHMARKS.md ("weight transfer"): the publish lands
+  about one update later than a blocking copy would.
+* :class:`FlatLoader`: on CUDA, ``refresh()`` reads the newest board version into a pinned buffer,
+  copies it to the device asynchronously and scatters it into the parameters with one
+  ``_foreach_copy_``, all queued before the next update; the pinned buffer is reused only after its
+  event has passed, so a read never overwrites bytes a copy is still taking.
+* On the CPU both are the plain synchronous copies (``get_flat``/``set_flat``): nothing to overlap.
+
+Why not CUDA IPC between the two learners: the actor vector must reach host memory for the
+samplers anyway, and the critic vector (~0.5 MB for 256x256 twin Q) crosses PCIe in ~25 us; one
+path for every layout (one GPU, two GPUs, GPU + CPU) is worth more than that.
+
+Owns pinned host buffers and device buffers of its process only; a crash frees them with it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+
+from spreeze_like.algos.networks import get_flat, set_flat
+
+
+def _flat_buffers(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
+    """(device flat buffer, pinned host buffer, views of the device buffer shaped like ``tensors``)."""
+    total = sum(t.numel() for t in tensors)
+    device = tensors[0].device
+    flat = torch.empty(total, dtype=torch.float32, device=device)
+    pinned = torch.empty(total, dtype=torch.float32, pin_memory=True)
+    views, offset = [], 0
+    for t in tensors:
+        views.append(flat[offset : offset + t.numel()].view_as(t))
+        offset += t.numel()
+    return flat, pinned, views
+
+
+class FlatPublisher:
+    """Publishes ``tensors`` (one network, flattened in order) to ``sink``; see the module docstring."""
+
+    def __init__(self, tensors: list[torch.Tensor], sink: Any) -> None:
+        self.tensors, self.sink = tensors, sink
+        self.cuda = tensors[0].device.type == "cuda"
+        self.in_flight = False
+        self.again = False
+        self.published = 0  # publishes that reached the board
+        self.merged = 0  # requests folded into a later copy (the copy was still in flight)
+        if self.cuda:
+            self._flat, self._pinned, _ = _flat_buffers(tensors)
+            self._host = self._pinned.numpy()
+            self._event = torch.cuda.Event()
+
+    def publish_now(self) -> int:
+        """Publish synchronously (start-up, checkpoints, the end of a run); returns the board version."""
+        if self.cuda:
+            self.poll(block=True)
+            self._enqueue()
+            return self.poll(block=True) or 0
+        self.published += 1
+        return self.sink.publish(get_flat(self.tensors))
+
+    def request(self) -> int | None:
+        """Publish the parameters as they are after the work queued so far; returns a version if it landed."""
+        if not self.cuda:
+            return self.publish_now()
+        if self.in_flight:
+            self.again, self.merged = True, self.merged + 1
+            return self.poll()
+        self._enqueue()
+        return None
+
+    def poll(self, block: bool = False) -> int | None:
+        """Publish a copy that has landed (``block``: wait for it); returns the new version, else None."""
+        if not self.in_flight:
+            return None
+        if block:
+            self._event.synchronize()
+        elif not self._event.query():
+            return None
+        self.in_flight = False
+        version = self.sink.publish(self._host)
+        self.published += 1
+        if self.again:
+            self.again = False
+            self._enqueue()
+        return version
+
+    def _enqueue(self) -> None:
+        with torch.no_grad():
+            torch.cat([t.reshape(-1) for t in self.tensors], out=self._flat)
+            self._pinned.copy_(self._flat, non_blocking=True)
+        self._event.record()
+        self.in_flight = True
+
+
+class FlatLoader:
+    """Loads the newest vector of ``source`` into ``tensors`` (the copy of the other learner's network)."""
+
+    def __init__(self, tensors: list[torch.Tensor], source: Any) -> None:
+        self.tensors, self.source = tensors, source
+        self.cuda = tensors[0].device.type == "cuda"
+        self.version = 0  # board version held in the tensors; 0: the seed-determined initial network
+        self.deferred = 0  # refreshes put off because the previous copy was still in flight
+        if self.cuda:
+            self._flat, self._pinned, self._views = _flat_buffers(tensors)
+            self._host = self._pinned.numpy()
+            self._event = torch.cuda.Event()
+            self._pending = False
+        else:
+            self._host = np.zeros(sum(t.numel() for t in tensors), dtype=np.float32)
+
+    def refresh(self) -> int:
+        """Load the newest published vector if it is newer than the one held; returns the version held."""
+        if self.source.version() <= self.version:
+            return self.version
+        if self.cuda and self._pending and not self._event.query():
+            self.deferred += 1  # the pinned buffer is still being copied from: take the newer one next time
+            return self.version
+        version = self.source.read(self._host)
+        if version <= 0:
+            return self.version
+        if self.cuda:
+            with torch.no_grad():
+                self._flat.copy_(self._pinned, non_blocking=True)
+                torch._foreach_copy_(self.tensors, self._views)
+            self._event.record()
+            self._pending = True
+        else:
+            set_flat(self.tensors, self._host)
+        self.version = version
+        return version

@@ -1,0 +1,181 @@
+"""The GPU fast path's pieces, on the CPU (always) and on CUDA (skipped cleanly without it).
+
+CPU: the step runner's eager path, the weight transfer, the device-mirror batch source with device
+"cpu", the step-mode and device-replay flags. CUDA: a captured CUDA graph replays the same update
+as eager PyTorch, metrics and the non-finite guard work inside the graph, asynchronous publishes
+and loads carry exactly the weights, prioritized writes land one update later.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+import torch
+
+from spreeze_like.algos import make_actor_part, make_critic_part
+from spreeze_like.algos.graphed import CRITIC_INPUTS, StepRunner, resolve_step_mode
+from spreeze_like.algos.networks import get_flat
+from spreeze_like.algos.spec import AlgoSpec
+from spreeze_like.config import TrainConfig
+from spreeze_like.errors import ConfigError
+from spreeze_like.metrics import stats_schema
+from spreeze_like.replay import PrioritizedConfig, PrioritizedSampler, ReplayStorage, SumTree, UniformSampler
+from spreeze_like.roles.actor_learner import ActorLearner
+from spreeze_like.roles.critic_learner import CriticLearner
+from spreeze_like.roles.ports import LocalBoard, LocalStatsBlock
+from spreeze_like.roles.weight_transfer import FlatLoader, FlatPublisher
+
+CUDA = torch.cuda.is_available()
+DEVICES = ["cpu", pytest.param("cuda:0", marks=[pytest.mark.gpu,
+                                                 pytest.mark.skipif(not CUDA, reason="needs a CUDA device")])]
+
+
+def spec(algo: str = "sac") -> AlgoSpec:
+    return AlgoSpec(algo=algo, obs_dim=5, act_dim=2, hidden_sizes=(32, 32), policy_delay=2 if algo == "td3" else 1)
+
+
+def storage_with(rows: int = 512, capacity: int = 1024) -> ReplayStorage:
+    rng = np.random.default_rng(0)
+    s = ReplayStorage.local(capacity, 5, 2)
+    s.add(rng.normal(size=(rows, 5)), rng.uniform(-1, 1, (rows, 2)), rng.normal(size=rows), rng.normal(size=(rows, 5)),
+          (rng.random(rows) < 0.1).astype(np.float32))
+    return s
+
+
+def learners(device: str, algo: str = "sac", step_mode: str = "auto", device_replay: str = "auto",
+             prioritized: bool = False, storage: ReplayStorage | None = None):
+    storage = storage or storage_with()
+    stats = LocalStatsBlock(stats_schema(1))
+    a_board, c_board = LocalBoard(), LocalBoard()
+    if prioritized:
+        sampler = PrioritizedSampler(storage, SumTree.local(storage.capacity), PrioritizedConfig(), seed=3)
+        sampler.tree.set_max(np.arange(storage.size))
+    else:
+        sampler = UniformSampler(storage, seed=3)
+    critic = CriticLearner(spec(algo), device, sampler, a_board, c_board, stats.role("critic-learner"), 64,
+                           prioritized=prioritized, step_mode=step_mode, device_replay=device_replay)
+    actor = ActorLearner(spec(algo), device, UniformSampler(storage, seed=4), c_board, a_board,
+                         stats.role("actor-learner"), 64, step_mode=step_mode, device_replay=device_replay)
+    return critic, actor, stats
+
+
+# --- flags -------------------------------------------------------------------------------------------
+def test_step_mode_resolution():
+    assert resolve_step_mode("auto", "cpu") == "eager"
+    assert resolve_step_mode("auto", "cuda:0") == "cuda-graph"
+    with pytest.raises(ConfigError, match="needs a CUDA learner device"):
+        resolve_step_mode("cuda-graph", "cpu")
+
+
+def test_cuda_graph_flag_on_cpu_learners_is_a_one_line_error():
+    with pytest.raises(ConfigError) as info:
+        dataclasses.replace(TrainConfig(), learner_step="cuda-graph", actor_device="cpu", critic_device="cpu").resolve()
+    assert "--learner-step" in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match="device-replay"):
+        dataclasses.replace(TrainConfig(), device_replay="maybe").validate()
+
+
+# --- both devices ------------------------------------------------------------------------------------
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("algo", ["sac", "td3", "ddpg"])
+def test_learners_with_the_device_mirror_train_and_publish(device, algo):
+    critic, actor, stats = learners(device, algo, device_replay="on")
+    for _ in range(30):
+        critic.update()
+        for _ in range(actor.updates_due(critic.updates)):
+            actor.update()
+    critic.flush()
+    actor.flush()
+    assert critic.batches.size == 512 and type(critic.batches).__name__ == "MirrorBatches"
+    assert critic.version > 1 and actor.version > 1  # both published after their updates
+    assert critic.copy_version == actor.version or critic.copy_version == actor.version - 1
+    snap = stats.snapshot()
+    assert snap["critic-learner"]["qf1_loss.count"] == 30  # every update's metrics reached the stats, none twice
+    np.testing.assert_array_equal(critic.part.critic_vector(), critic.sink._vec)  # the board holds the newest
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_weight_transfer_round_trip(device):
+    part = make_critic_part(spec(), device)
+    other = make_actor_part(spec(), device)
+    board = LocalBoard()
+    publisher = FlatPublisher(part.published_tensors(), board)
+    loader = FlatLoader(other.copy_tensors(), board)
+    with torch.no_grad():
+        for t in part.published_tensors():
+            t.add_(1.0)
+    publisher.request()
+    publisher.poll(block=True)
+    assert board.version() == 1
+    loader.refresh()
+    if device != "cpu":
+        torch.cuda.synchronize()
+    np.testing.assert_array_equal(get_flat(other.copy_tensors()), get_flat(part.published_tensors()))
+    assert loader.version == 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_prioritized_critic_writes_priorities(device):
+    critic, _, _ = learners(device, prioritized=True, device_replay="on")
+    before = critic.replay.tree.total()
+    for _ in range(5):
+        critic.update()
+    critic.flush()
+    assert critic.replay.tree.total() != before and critic.priorities.dropped_nonfinite == 0
+
+
+# --- CUDA only ---------------------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("algo", ["ddpg", "td3", "sac"])
+def test_graph_replays_the_eager_update(algo):
+    g = torch.Generator(device="cuda:0").manual_seed(0)
+    batches = [{n: torch.rand(s, generator=g, device="cuda:0") for n, s in
+                (("obs", (64, 5)), ("action", (64, 2)), ("reward", (64,)), ("next_obs", (64, 5)),
+                 ("terminated", (64,)))} for _ in range(12)]
+    parts = {}
+    for mode in ("eager", "cuda-graph"):
+        part = make_critic_part(spec(algo), "cuda:0")
+        runner = StepRunner(part, lambda b, p=part: p.step(b)[0], 64, CRITIC_INPUTS, mode=mode, warmup=2)
+        for b in batches:
+            for n, t in b.items():
+                runner.inputs[n].copy_(t)
+            runner.run()
+        parts[mode] = (part, runner)
+    eager, graphed = parts["eager"][0], parts["cuda-graph"][0]
+    assert parts["cuda-graph"][1].captures >= 1 and eager.updates == graphed.updates == 12
+    tol = 0 if algo == "ddpg" else 1e-5  # ddpg draws no noise: the same kernels give the same bits
+    for a, b in zip(eager.published_tensors(), graphed.published_tensors()):
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+    for a, b in zip(eager.critic_target_params, graphed.critic_target_params):
+        torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_nonfinite_guard_skips_inside_the_graph():
+    storage = storage_with()
+    critic, _, stats = learners("cuda:0", storage=storage, device_replay="on")
+    for _ in range(10):  # warm-up and capture on finite data
+        critic.update()
+    critic.flush()
+    before = critic.part.critic_vector()
+    critic.batches.mirror.column("reward").fill_(float("nan"))  # every later batch is poisoned
+    for _ in range(5):
+        critic.update()
+    critic.metrics.flush()
+    critic.guard.check()
+    np.testing.assert_array_equal(before, critic.part.critic_vector())  # skipped: nothing changed
+    assert stats.snapshot()["critic-learner"]["nonfinite_steps"] == 5
+
+
+@pytest.mark.parametrize("algo", ["sac", "td3", "ddpg"])
+def test_board_sizes_match_the_tensors_that_travel(algo):
+    from spreeze_like.procs.segments import vector_sizes
+
+    critic, actor = make_critic_part(spec(algo), "cpu"), make_actor_part(spec(algo), "cpu")
+    assert vector_sizes(spec(algo)) == (sum(t.numel() for t in actor.published_tensors()),
+                                        sum(t.numel() for t in critic.published_tensors()))
+    assert sum(t.numel() for t in actor.copy_tensors()) == len(critic.critic_vector())
