@@ -1,41 +1,64 @@
-"""Learning speed of spreeze_like vs Stable-Baselines3 SAC: same env, same seeds, same machine, one run.
+"""Learning speed of spreeze_like vs Stable-Baselines3 SAC and SBX SAC: same env, seeds and machine, one run.
 
-    python tools/bench_vs_sb3.py --env Pendulum-v1 --seeds 1 2                       # parallel mode vs SB3
-    python tools/bench_vs_sb3.py --env Pendulum-v1 --seeds 1 2 --serial              # serial mode vs SB3
-    python tools/bench_vs_sb3.py --env Pendulum-v1 --seeds 1 2 --serial --parallel   # both modes vs SB3
+    python tools/bench_vs_sb3.py --env Pendulum-v1 --seeds 1 2                       # parallel mode vs SB3 and SBX
+    python tools/bench_vs_sb3.py --env Pendulum-v1 --seeds 1 2 --serial              # serial mode vs both
+    python tools/bench_vs_sb3.py --env Pendulum-v1 --seeds 1 2 --serial --parallel   # both modes vs both
     python tools/bench_vs_sb3.py --env HalfCheetah-v5 --seeds 1 2 --total-steps 200000 --wall-budget 1800
-    python tools/bench_vs_sb3.py --total-steps 600 --seeds 1 --skip-sb3              # smoke (the test runs this)
+    python tools/bench_vs_sb3.py --env HalfCheetah-v5 --device cuda:0 --peer-device cuda   # on a GPU machine
+    python tools/bench_vs_sb3.py --total-steps 600 --seeds 1 --skip-sb3 --skip-sbx   # ours only
 
-For each seed it trains ours (``spreeze_like.train``) and then SB3 SAC, one after the other.
+For each seed it trains ours (``spreeze_like.train``, in this process tree) and then each peer of
+``--peers`` (default ``sb3 sbx``; ``--skip-sb3`` / ``--skip-sbx`` leave one out), one after the other.
+SBX (package ``sbx-rl``) is SB3's API with the networks and the update in JAX; it keeps SB3's numpy
+replay buffer and env loop. Each peer run is a fresh child process (``peer_child``): JAX and torch never
+share a process or a GPU allocator, and one run's torch threads cannot leak into the next. A ``probe``
+child per peer first checks that the peer is installed and that its device exists, so a wrong
+device fails with one ``error:`` line (exit 2) before any run, and so does a device of ours
+(``--device``, or ``--set actor_device=...``) that the machine lacks.
 
-**One definition of "training return" for both.** Both train on the same env id,
+**Devices.** Ours: ``--device`` sets both learners (``--set actor_device="cuda:0"`` and
+``critic_device`` one by one; ``--set`` wins); the devices ``TrainConfig.resolve()`` picks are
+printed and stored per run. Peers: ``--peer-device auto|cpu|cuda`` (default auto). SB3 gets it as
+``device=`` (SB3 itself falls back to the CPU silently when asked for an absent GPU; here that is an
+error). SBX: JAX chooses its platform; ``cpu`` sets ``JAX_PLATFORMS=cpu``, ``auto`` lets JAX take the
+GPU when its CUDA plugin is installed, ``cuda`` insists on that; the platform JAX used
+(``jax.default_backend()``) is read after the run and reported. SBX's own ``device=`` (the torch
+side: its replay buffer) stays ``cpu``, where SBX puts that buffer anyway.
+
+**One definition of "training return" for all.** All train on the same env id,
 ``bench_vs_sb3:SpzBench/Recorded-v0``: the base env (``--env``) inside a wrapper that appends every
 finished episode (end wall time, return, length) to a CSV file (one per env instance) in a scratch
-folder. Our samplers make it through the ``module:EnvId`` entry point, SB3 through ``gym.make``,
-so the same code records both. Our evaluator's envs are told apart by the module that makes them
+folder. Our samplers make it through the ``module:EnvId`` entry point, the peers through ``gym.make``,
+so the same code records all. Our evaluator's envs are told apart by the module that makes them
 (``spreeze_like/roles/evaluator.py`` on the stack) and recorded as evaluation episodes. The training
 return at an episode's end is the mean of the last ``--window`` finished training episodes.
 
 **Evaluations.** Ours: its own evaluator, every ``--eval-every`` env steps, ``--eval-episodes``
 deterministic episodes; in the parallel mode it runs beside the training in its own process, so its
-cost is inside our wall clock. SB3: a callback that runs the same number of deterministic episodes
+cost is inside our wall clock. Peers: a callback that runs the same number of deterministic episodes
 every ``--eval-every`` env steps on a separate (unrecorded) env; the time it takes is *subtracted*
-from SB3's wall clock (in SB3's favour). Wall clocks start just before ``train()`` / ``SAC(...)``
-(process start-up, env creation and network construction count for both).
+from the peer's wall clock (in the peer's favour). Wall clocks start just before ``train()`` /
+``SAC(...)``: our process start-ups, env creation and network construction count for all; the peers'
+interpreter start and imports happen before their clock (in their favour); SBX's JIT compilation and
+JAX's backend start are inside its clock, as our learners' CUDA start is inside ours.
 
 **Hyperparameters.** Identical: MLPs 256-256, gamma 0.99, tau 0.005, batch 256, 1M replay,
 ``learning_starts`` (Pendulum 1,000; MuJoCo 10,000 as in rl-zoo), train_freq 1 / gradient_steps 1
-(UTD 1), automatic entropy tuning from alpha 1 with target -act_dim. Learning rates: ours keeps its
-defaults for the base env (actor ``auto``: 1e-3 on Pendulum-v1, 3e-4 elsewhere; critic 1e-3; alpha
-1e-3); SB3 has one rate for all three and gets rl-zoo's tuned value (Pendulum-v1 1e-3, MuJoCo 3e-4;
-``--sb3-lr``). On Pendulum-v1 the two thus train with the same three rates. Threads: 1 torch
-thread per process for both (ours' default; ``--sb3-threads 0`` gives SB3 torch's default, 2 here, which on a loaded 2-core
-machine was far slower: 2.3 updates/s in a smoke run at load 7-11).
+(UTD 1; SBX's policy_delay 1), automatic entropy tuning from alpha 1 with target -act_dim. Learning
+rates: ours keeps its defaults for the base env (actor ``auto``: 1e-3 on Pendulum-v1, 3e-4 elsewhere;
+critic 1e-3; alpha 1e-3); each peer has one rate for all three and gets rl-zoo's tuned value
+(Pendulum-v1 1e-3, MuJoCo 3e-4; ``--sb3-lr``, SB3 and SBX alike). On Pendulum-v1 all thus train with
+the same three rates. Threads: ours 1 torch thread per process; the peers torch's default
+(``--sb3-threads 0``: one per core, SB3's fastest on a quiet 2-core machine, 85 vs 57 steps/s with 1;
+on a loaded 2-core machine it was far slower, 2.3 updates/s in a smoke run at load 7-11). SBX's JAX
+uses its own thread pool whatever ``--sb3-threads`` says.
 
 Reports per seed and the median over seeds: wall time until the training return first reaches
 ``--threshold-train``, wall time (and env step) of the first evaluation reaching ``--threshold-eval``,
 the training and evaluation return at a fixed wall time (``--fixed-wall``, default the shortest run),
-env steps/s and updates/s, and the ratios ours/SB3. The machine load is printed before and after.
+env steps/s and updates/s, the device of every run, and per peer the ratios ours/peer per seed, their
+median and the ratio of the medians. The machine load is printed before and after. ``--json FILE``
+writes ``rows`` (per run name, per seed), ``ratios`` (per peer) and ``devices`` (per run name).
 """
 
 from __future__ import annotations
@@ -178,7 +201,8 @@ def read_episodes(folder: Path, role: str) -> list[list[tuple[float, float, int]
     return out
 
 
-def train_curve(folder: Path, t0: float, shift: Callable[[float], float] = lambda t: t) -> list[tuple[float, int, float]]:
+def train_curve(folder: Path, t0: float,
+                shift: Callable[[float], float] = lambda t: t) -> list[tuple[float, int, float]]:
     """All training episodes merged by end time; env step = summed lengths of the episodes finished so far
     (exact with one env, a slight undercount with several)."""
     episodes = sorted(e for per_env in read_episodes(folder, "train") for e in per_env)
@@ -547,12 +571,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--threshold-train", type=float, default=None, help="training-return threshold")
     parser.add_argument("--threshold-eval", type=float, default=None, help="evaluation-return threshold")
     parser.add_argument("--window", type=int, default=5, help="training episodes in the moving mean")
-    parser.add_argument("--learning-starts", type=int, default=None, help="random warm-up steps, both (default per env)")
+    parser.add_argument("--learning-starts", type=int, default=None, help="random warm-up steps, all (default per env)")
     parser.add_argument("--eval-every", type=int, default=None, help="env steps between evaluations, both")
     parser.add_argument("--eval-episodes", type=int, default=10)
     parser.add_argument("--wall-budget", type=float, default=0.0, help="stop each run after this many s (0: none)")
     parser.add_argument("--stop-when-reached", action="store_true", help="stop each run once the training and "
-                        "the evaluation threshold are both reached (checked every 0.5 s / at each SB3 evaluation)")
+                        "the evaluation threshold are both reached (ours: checked every 0.5 s; peers: at each "
+                        "evaluation)")
     parser.add_argument("--fixed-wall", type=float, default=0.0, help="report returns at this wall time "
                         "(0: the shortest run's wall time)")
     parser.add_argument("--serial", action="store_true", help="measure our serial mode")
@@ -575,7 +600,8 @@ def main(argv: list[str] | None = None) -> dict:
                         "with 1); SBX's JAX keeps its own thread pool")
     parser.add_argument("--logdir", default=None, help="our run folders (default: a scratch folder, removed)")
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
-    parser.add_argument("--set", nargs="*", default=[], type=lambda s: (s.split("=", 1)[0], json.loads(s.split("=", 1)[1])),
+    parser.add_argument("--set", nargs="*", default=[],
+                        type=lambda s: (s.split("=", 1)[0], json.loads(s.split("=", 1)[1])),
                         help="extra TrainConfig fields for ours, key=json")
     args = parser.parse_args(argv)
     d_train, d_eval, d_starts, d_lr, d_total, d_every = ENV_DEFAULTS.get(args.env, FALLBACK_DEFAULTS)

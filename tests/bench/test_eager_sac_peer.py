@@ -84,8 +84,8 @@ def test_measure_returns_the_rate_of_calls() -> None:
 
 def test_command_line_prints_both_rates(tmp_path: Path) -> None:
     out = tmp_path / "peer.json"
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "eager_sac_peer.py"), "--device", "cpu", "--batch", "32",
-                           "--seconds", "0.2", "--threads", "1", "--json", str(out)],
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "eager_sac_peer.py"), "--device", "cpu",
+                           "--batch", "32", "--seconds", "0.2", "--threads", "1", "--json", str(out)],
                           capture_output=True, text=True, timeout=120, check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "critic updates/s" in proc.stdout and "full updates/s" in proc.stdout
