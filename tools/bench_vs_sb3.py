@@ -323,9 +323,10 @@ def peer_env(args: argparse.Namespace, peer: str, episode_dir: str | None) -> di
     if episode_dir:
         env[EPISODE_DIR_VAR] = episode_dir
     if peer == "sbx":
-        # JAX grabs 75 % of the GPU's memory at its first use unless told not to; the peers run one at a time,
-        # but a CUDA-graph learner of ours or a lead's monitoring process may still hold the device, and JAX
-        # should take only what SBX's small networks need, as torch's caching allocator does for SB3.
+        # JAX reserves 75 % of the GPU's memory at its first use unless told not to. The runs here take turns,
+        # but anything else on the GPU at the time (the torch side of this same child, another tool) would then
+        # fail its allocations, and SBX's real use would be unreadable. Without preallocation JAX's allocator
+        # grows with what SBX's small networks need, as torch's caching allocator does for SB3.
         env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
         # cpu keeps JAX off the GPU; auto and cuda leave JAX its own choice (the GPU when its CUDA plugin is
         # installed) and cuda is then checked in the child: jax 0.10 fails JAX_PLATFORMS=cuda without the plugin
