@@ -89,6 +89,12 @@ class StepRunner:
         self._stream = torch.cuda.Stream(device) if mode == "cuda-graph" else None
         self.captures = 0
 
+    def reset(self) -> None:
+        """Drop the captured graphs (after a checkpoint load replaced optimiser state tensors and the
+        generator state they were captured with); the next updates warm up and capture again."""
+        self._graphs.clear()
+        self._eager_runs.clear()
+
     def fill_from_host(self, raw: Any) -> None:
         """Copy a host batch (numpy columns, e.g. a replay sampler's) into the static tensors."""
         for name, t in self.inputs.items():

@@ -2,10 +2,10 @@
 
 Runs inside the probe worker process (never in the caller: a CUDA device would otherwise be
 initialised in the supervisor). Each point times the loop a learner runs, with the project's own
-code: draw a batch from a uniform :class:`~spreeze_like.replay.ReplayStorage` (filled with random
-rows of the env's width), move it to the device (:func:`spreeze_like.roles.learning.to_batch`),
-and do one ``step`` of the algorithm's critic half, or of its actor half
-(:mod:`spreeze_like.algos`). Random data is fine here: the cost of an update does not depend on
+code: ``CriticLearner.update()`` and ``ActorLearner.update()`` over a uniform
+:class:`~spreeze_like.replay.ReplayStorage` filled with random rows of the env's width, with the
+step mode and batch source a run would use on that device (CUDA graphs and the device replay
+mirror on a GPU; eager steps on host batches on the CPU). Random data is fine here: the cost of an update does not depend on
 the values.
 
 Batch sizes double from 256. The doubling stops at the first of:
@@ -34,7 +34,7 @@ MAX_BATCH = 65536
 FLAT_FROM = 4096
 FLAT_GAIN = 1.10
 MEMORY_FRACTION = 0.9
-WARMUP_UPDATES = 2
+WARMUP_UPDATES = 5  # covers a CUDA graph's warm-up and capture (algos/graphed.py)
 MIN_TIMED_UPDATES = 3
 
 
@@ -54,34 +54,39 @@ def _filled_replay(spec: AlgoSpec, rows: int, seed: int = 0):  # -> UniformSampl
     return UniformSampler(storage, seed=seed)
 
 
+def _learners(spec: AlgoSpec, device: str, batch_size: int, replay) -> tuple:  # (CriticLearner, ActorLearner)
+    """The two learner roles over ``replay`` with in-process boards: the loop a learner process runs."""
+    from spreeze_like.metrics import stats_schema
+    from spreeze_like.replay import UniformSampler
+    from spreeze_like.roles.actor_learner import ActorLearner
+    from spreeze_like.roles.critic_learner import CriticLearner
+    from spreeze_like.roles.ports import LocalBoard, LocalStatsBlock
+
+    stats = LocalStatsBlock(stats_schema(1))
+    actor_board, critic_board = LocalBoard(), LocalBoard()
+    critic = CriticLearner(spec, device, replay, actor_board, critic_board, stats.role("critic-learner"), batch_size)
+    actor = ActorLearner(spec, device, UniformSampler(replay.storage, seed=1), critic_board, actor_board,
+                         stats.role("actor-learner"), batch_size)
+    return critic, actor
+
+
 def _measure_point(spec: AlgoSpec, device: str, batch_size: int, budget_s: float, replay) -> UpdatePoint:
     import torch
-
-    from spreeze_like.algos import make_actor_part, make_critic_part
-    from spreeze_like.roles.learning import to_batch
 
     cuda = device.startswith("cuda")
     sync = (lambda: torch.cuda.synchronize(device)) if cuda else None
     if cuda:
         torch.cuda.reset_peak_memory_stats(device)
-    parts = {"critic": make_critic_part(spec, device), "actor": make_actor_part(spec, device)}
-
-    def critic_update() -> None:
-        part = parts["critic"]
-        with part.autocast():
-            part.step(to_batch(replay.sample(batch_size), part.device, use_weights=False))
-
-    def actor_update() -> None:
-        part = parts["actor"]
-        with part.autocast():
-            part.step(to_batch(replay.sample(batch_size), part.device, use_weights=False))
-
+    # The learners as a run builds them (``auto`` step mode and device replay): on a GPU the timed
+    # updates replay captured CUDA graphs on batches gathered from the device mirror, the weight
+    # publish included; the warm-up covers the capture (algos/graphed.py: 3 eager updates, then one).
+    critic, actor = _learners(spec, device, batch_size, replay)
     # the critic update is the larger one (twin Q forward/backward plus a target pass): 60% of the time
     kw = {"warmup": WARMUP_UPDATES, "min_ops": MIN_TIMED_UPDATES, "sync": sync}
-    critic_rate = time_rate(critic_update, 0.6 * budget_s, "updates/s", **kw)
-    actor_rate = time_rate(actor_update, 0.4 * budget_s, "updates/s", **kw)
+    critic_rate = time_rate(critic.update, 0.6 * budget_s, "updates/s", **kw)
+    actor_rate = time_rate(actor.update, 0.4 * budget_s, "updates/s", **kw)
     peak = int(torch.cuda.max_memory_allocated(device)) if cuda else 0
-    parts.clear()  # free the device memory before the next (twice as large) point
+    del critic, actor  # free the device memory before the next (twice as large) point
     if cuda:
         torch.cuda.empty_cache()
     return UpdatePoint(batch_size, critic_rate, actor_rate, peak)

@@ -68,6 +68,11 @@ def run(args: ChildArgs) -> None:
         feeder = RingFeeder([shm.ring(i, "reader") for i in range(cfg.samplers)], writer, row)
         learner = build.critic_learner(cfg, spec, sampler, shm.board("actor", "reader"), shm.board("critic", "writer"),
                                        row)
+        if mode == "thread" and type(learner.batches).__name__ == "MirrorBatches":
+            # the tree learns of a new row before its cursor is published: a mirror synced from another
+            # thread could be handed a slot it has not copied yet (the inline feeder cannot race it)
+            raise ConfigError("SPREEZE_FEEDER=thread does not go with the device replay mirror; unset it or pass "
+                              "--device-replay off")
         restore(learner, args, args.role)
         samplers = [block.role(r) for r in block.roles if r.startswith("sampler-")]
         loop = CriticLoop(args, learner, feeder, storage, Control(block), row, block.role("actor-learner"), samplers)

@@ -180,4 +180,5 @@ class LearnerRole:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.part.load_state_dict(state["part"])
         self.part.updates = int(state["updates"])
+        self.runner.reset()  # the optimiser's state tensors are new objects: captured graphs would miss them
         self.publish()
