@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import time
+
 import pytest
 import torch
 
 from spreeze_like.checkpoint import load_latest
 
-from .helpers import TINY_ARGS, assert_nothing_left, only_run_dir, run_cli
+from .helpers import (TINY_ARGS, alive, assert_nothing_left, only_run_dir, read_status, run_cli, run_segments,
+                      start_long_run)
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 
@@ -35,3 +40,53 @@ def test_two_gpus_put_actor_and_critic_on_different_devices(tmp_path):
     proc = run_cli(*TINY_ARGS, "--total-steps", "1000", "--logdir", str(tmp_path))
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert "actor on cuda:0, critic on cuda:1" in proc.stdout
+
+
+@pytest.mark.skipif(GPUS < 1, reason="needs a CUDA device")
+def test_gpu_checkpoint_resumes_on_the_cpu_and_back(tmp_path):
+    """A run with both learners on the GPU (CUDA graphs, device mirror) is stopped, resumed on the CPU,
+    stopped again and resumed on the GPU: counts continue, and every part loads on either device."""
+    logdir = tmp_path / "runs"
+    first = run_cli(*TINY_ARGS, "--total-steps", "900", "--actor-device", "cuda:0", "--critic-device", "cuda:0",
+                    "--logdir", str(logdir))
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
+    run_dir = only_run_dir(logdir)
+    payload, _ = load_latest(run_dir)
+    assert payload["critic_updates"] == 900 - 299
+    on_cpu = run_cli("--resume", str(run_dir), "--total-steps", "1600", "--actor-device", "cpu", "--critic-device",
+                     "cpu")
+    assert on_cpu.returncode == 0, on_cpu.stdout[-3000:] + on_cpu.stderr[-3000:]
+    assert "actor on cpu, critic on cpu" in on_cpu.stdout
+    payload, _ = load_latest(run_dir)
+    # a resumed run refills an empty replay: it learns again after learning_starts (as test_parallel_run checks)
+    assert payload["critic_updates"] == 900 - 299 + 700 - 299
+    back = run_cli("--resume", str(run_dir), "--total-steps", "2300", "--actor-device", "cuda:0", "--critic-device",
+                   "cuda:0")
+    assert back.returncode == 0, back.stdout[-3000:] + back.stderr[-3000:]
+    payload, _ = load_latest(run_dir)
+    assert payload["critic_updates"] == 900 - 299 + 2 * (700 - 299)
+    assert_nothing_left(run_dir)
+
+
+@pytest.mark.skipif(GPUS < 1, reason="needs a CUDA device")
+def test_sigkilled_gpu_run_leaves_no_process_segment_or_cuda_context(tmp_path):
+    """kill -9 of the supervisor of a GPU run: the learners (holding CUDA contexts, pinned buffers and
+    captured graphs) die with it, and the next start sweeps the segments."""
+    logdir, log = tmp_path / "runs", tmp_path / "killed.log"
+    proc, run_dir = start_long_run(logdir, log, "--actor-device", "cuda:0", "--critic-device", "cuda:0")
+    status = read_status(run_dir)
+    children = [r["pid"] for r in status["roles"].values()]
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+    deadline = time.monotonic() + 15.0
+    while any(alive(p) for p in children) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not [p for p in children if alive(p)], "children outlived the SIGKILLed supervisor by 15 s"
+    # no process of ours holds the GPU any more (nvidia-smi lists compute processes by pid)
+    smi = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], capture_output=True,
+                         text=True, check=False)
+    holders = {int(p) for p in smi.stdout.split() if p.strip().isdigit()}
+    assert not holders & set(children), f"GPU still held by {holders & set(children)}"
+    nxt = run_cli(*TINY_ARGS, "--total-steps", "400", "--logdir", str(tmp_path / "next"))
+    assert nxt.returncode == 0, nxt.stdout[-3000:] + nxt.stderr[-3000:]
+    assert not run_segments(run_dir)
