@@ -11,8 +11,11 @@ thread like every sampler process (samplers act with a numpy policy). Three figu
 * ``step_with_policy`` is ``per_sampler[1]``: one actor forward per env step.
 
 Batching over more envs amortises the forward pass (a small MLP costs about the same for 1 row
-as for 8) but steps each env less often per policy refresh; the planner picks the smallest ``n``
-within a few percent of the fastest.
+as for 8) but steps each env less often per policy refresh. How N such processes scale when they
+step at once is measured by :mod:`spreeze_like.autotune.sampler_scaling` (from the probe's caller:
+the worker is a daemon process and may not start processes); the planner picks the fewest
+processes, then the fewest envs each, that make the rate the critic learns from
+(:mod:`spreeze_like.autotune.sampler_supply`).
 """
 
 from __future__ import annotations
@@ -21,11 +24,11 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from spreeze_like.algos.base import AlgoSpec
+from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.autotune.measure import time_rate
 from spreeze_like.autotune.results import EnvRates, Rate
 
-ENVS_PER_SAMPLER_OPTIONS = (1, 2, 4, 8)
+ENVS_PER_SAMPLER_OPTIONS = (1, 2, 4, 8, 16)  # also the K of the multi-process probe (sampler_scaling)
 
 
 class _DropSink:

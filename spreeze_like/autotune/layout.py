@@ -1,16 +1,33 @@
-"""One run layout (serial or parallel): batch size, envs per sampler, samplers, threads, expected rates.
+"""One run layout (serial or parallel): batch size, UTD, envs per sampler, samplers, threads, expected rates.
 
 :func:`plan_layout` applies rules 3-5 of :mod:`spreeze_like.autotune.plan` for one mode; the planner
-calls it for both modes and keeps the one with the higher expected update frames/s. Like the
-planner, everything here is a pure function of the probe results and the config.
+calls it for both modes and keeps the one with the higher expected update frames/s. The batch and
+UTD come from the learning-speed rule of :mod:`spreeze_like.autotune.replay_ratio`, the samplers
+from what :mod:`spreeze_like.autotune.sampler_supply` says they make. Like the planner, everything
+here is a pure function of the probe results and the config.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from spreeze_like.autotune import sampler_supply
+from spreeze_like.autotune.replay_ratio import (
+    FEED_TIE,
+    REPLAY_RATIO_MAX,
+    REPLAY_RATIO_MIN,
+    REPLAY_RATIO_TARGET,
+    Feed,
+    choose_feed,
+    in_band,
+    min_utd,
+    preference,
+    ratio_reason,
+    serial_ratio,
+)
 from spreeze_like.autotune.results import (
     EnvRates,
     ProbeResults,
@@ -24,6 +41,17 @@ BATCH_CAP = 8192  # the largest batch planned (the benchmark grid tops at 4096; 
 GPU_MEMORY_FRACTION = 0.8  # of a GPU's memory a planned batch's measured peak may use
 THREAD_GAIN = 1.10  # all-core updates must beat 1 thread by this much to get the spare cores
 PARALLEL_LEARNERS = 2  # critic learner + actor learner: busy processes
+# From this many cores on, one is left to the roles that are busy now and then: the critic learner's
+# ring-draining feeder thread, the evaluator during an evaluation, the monitor and the supervisor.
+SUPPORT_CORE_FROM = 8
+# Samplers are planned for this much more than the critic learns from: a run's samplers share the memory
+# bus and wake in bursts; paced to the learners, the extra ones cost only their duty cycle.
+SUPPLY_HEADROOM = 1.25
+
+
+def max_samplers(cores: int) -> int:
+    """The most sampler processes a plan runs on ``cores`` (the learners' cores and a support core left)."""
+    return max(1, cores - PARALLEL_LEARNERS - (1 if cores >= SUPPORT_CORE_FROM else 0))
 
 
 def allowed_points(curve: UpdateCurve, memory_total: int) -> list[UpdatePoint]:
@@ -81,16 +109,18 @@ class Layout:
 
 
 def plan_layout(ctx: Ctx, serial: bool) -> Layout:
-    """Batch, envs per sampler, samplers and threads for one mode (steps 3-5 of the module docstring)."""
+    """Batch, UTD, envs per sampler, samplers and threads for one mode (steps 3-5 of the plan's docstring)."""
     probes, config = ctx.probes, ctx.config
     hw, env = probes.hardware, probes.env
-    cores, utd = hw.usable_cores, float(config.utd)
+    cores = hw.usable_cores
     delay = config.policy_delay or (2 if config.algo == "td3" else 1)
     out = Layout(serial)
     gpus = {g.device: g for g in hw.gpus}
     cpu_learners = sum(d == "cpu" for d in (ctx.critic_dev, ctx.actor_dev))
-    best_sampler = env.per_sampler.get(env.best_envs_per_sampler()) or env.step_with_policy
-    max_samplers = max(1, cores - PARALLEL_LEARNERS)
+    limit = max_samplers(cores)
+    least = min_utd(config.total_steps)
+    user_utd = float(config.utd) if "utd" in ctx.mine else None
+    user_batch = int(config.batch_size) if "batch_size" in ctx.mine else None
 
     # threads of a serial CPU learner are settled first: they pick the curve the batch is read from
     threads, thread_reason = 1, "learners on GPUs: their CPU side only launches kernels"
@@ -102,89 +132,143 @@ def plan_layout(ctx: Ctx, serial: bool) -> Layout:
     if curve is None or not curve.points:
         raise ConfigError(f"no update rates were measured on {dev}; rerun with --reprobe")
 
-    # 3. batch size
+    # 3. batch size and UTD: the knee bounds the batch, the replay-ratio rule picks within
     memory_total = gpus[dev].total_memory if dev in gpus else 0
     points = allowed_points(curve, memory_total) or curve.points[:1]
     knee, evidence = knee_batch(points, serial)
-    chosen, reason = knee, f"{dev}: {evidence}"
-    if not serial:
-        feed = max_samplers * best_sampler.value * utd  # critic updates/s the samplers can support
-        fed = [p for p in points if p.batch_size > knee.batch_size and p.critic.value >= feed]
-        if knee.critic.value > feed and fed:
-            chosen = fed[-1]
-            reason = (f"{dev}: {max_samplers} sampler(s) feed at most {feed:,.0f} critic updates/s at UTD {utd:g}; "
-                      f"batch {chosen.batch_size} still does {chosen.critic.value:,.0f}/s, so the larger batch costs "
-                      f"no update rate (knee alone: {knee.batch_size})")
-    batch = ctx.fixed("batch_size", chosen.batch_size)
-    out.choices["batch_size"] = (batch, reason)
-    point = curve.point(batch) or _nearest(curve, batch)
-    if memory_total and batch > max(p.batch_size for p in curve.points):
-        out.notes.append(f"batch {batch} is beyond the largest size measured on {dev}; it may not fit")
-    elif memory_total and point.peak_memory > GPU_MEMORY_FRACTION * memory_total:
-        out.notes.append(f"batch {batch} needs about {point.peak_memory / 2**30:.1f} GiB on {dev} "
-                         f"({memory_total / 2**30:.1f} GiB total)")
-    critic_hz = point.critic.value
-    if not serial and ctx.critic_dev == ctx.actor_dev and dev != "cpu":
-        # both learners take turns on one GPU: the critic gets the device between the actor's updates
-        critic_hz = 1.0 / (1.0 / point.critic.value + 1.0 / (delay * point.actor.value))
-        out.notes.append(f"both learners share {dev}: the expected critic rate counts the actor's turns")
-    elif not serial:
-        critic_hz = min(critic_hz, delay * point.actor.value)  # the critic waits for a slower actor (pacing)
-
-    # 4. envs per sampler, samplers
-    n_envs, n_reason = _envs_per_sampler(env, point, utd, serial, max_samplers, config)
-    n_envs = ctx.fixed("envs_per_sampler", n_envs)
-    out.choices["envs_per_sampler"] = (n_envs, n_reason)
-    sampler_hz = (env.per_sampler.get(n_envs) or best_sampler).value
-    if serial:
-        samplers = ctx.fixed("samplers", 1)
-        out.choices["samplers"] = (samplers, "serial mode steps its samplers in turn in one process: more only adds envs")
+    if user_batch is not None:  # the user's size, with the rates of the nearest measured one
+        measured = curve.point(user_batch) or _nearest(curve, user_batch)
+        candidates = [dataclasses.replace(measured, batch_size=user_batch)]
     else:
-        need = critic_hz / utd
-        samplers = ctx.fixed("samplers", max(1, min(math.ceil(need / sampler_hz), max_samplers)))
-        why = (f"critic consumes {need:,.0f} env steps/s at UTD {utd:g}, one sampler makes {sampler_hz:,.0f}/s; "
-               f"cores allow {max_samplers}")
-        out.choices["samplers"] = (samplers, why)
+        candidates = [p for p in points if p.batch_size <= knee.batch_size]
+
+    def critic_rate(point: UpdatePoint) -> float:
+        if serial:
+            return point.critic.value
+        if ctx.critic_dev == ctx.actor_dev and dev != "cpu":
+            # both learners take turns on one GPU: the critic gets the device between the actor's updates
+            return 1.0 / (1.0 / point.critic.value + 1.0 / (delay * point.actor.value))
+        return min(point.critic.value, delay * point.actor.value)  # the critic waits for a slower actor (pacing)
+
+    if user_batch is not None and memory_total:  # a planned batch is within the memory limit by construction
+        if user_batch > max(p.batch_size for p in curve.points):
+            out.notes.append(f"batch {user_batch} is beyond the largest size measured on {dev}; it may not fit")
+        elif candidates[0].peak_memory > GPU_MEMORY_FRACTION * memory_total:
+            out.notes.append(f"batch {user_batch} needs about {candidates[0].peak_memory / 2**30:.1f} GiB on {dev} "
+                             f"({memory_total / 2**30:.1f} GiB total)")
+    if serial:
+        point, ratio, utd, why = _serial_feed(candidates, env, least, user_utd, delay)
+        reason = f"{dev}: {evidence}" if point.batch_size == knee.batch_size else (
+            f"{dev}: the largest batch up to the knee ({knee.batch_size}) that keeps the run's updates in the band "
+            f"learns from the most env steps/s")
+        out.choices["batch_size"] = (point.batch_size, reason)
+        out.choices["utd"] = (utd, ratio_reason(ratio, why, gpu_learners=not cpu_learners, spare_cores=0,
+                                                least_utd=least, total_steps=config.total_steps, supply_hz=0.0,
+                                                data_hz=0.0))
+        n_envs, n_reason = _serial_envs_per_sampler(env, point, utd, delay)
+        n_envs = ctx.fixed("envs_per_sampler", n_envs)
+        out.choices["envs_per_sampler"] = (n_envs, n_reason)
+        samplers = ctx.fixed("samplers", 1)
+        out.choices["samplers"] = (samplers,
+                                   "serial mode steps its samplers in turn in one process: more only adds envs")
+        sampler_hz = (env.per_sampler.get(n_envs) or env.step_with_policy).value
+        out.choices["torch_threads"] = (threads, thread_reason)
+        _predict_serial(out, point, sampler_hz, utd, threads, cores, delay)
+        return out
+
+    if ctx.critic_dev == ctx.actor_dev and dev != "cpu":
+        out.notes.append(f"both learners share {dev}: the expected critic rate counts the actor's turns")
+    user_n = int(config.samplers) if "samplers" in ctx.mine else None
+    user_k = int(config.envs_per_sampler) if "envs_per_sampler" in ctx.mine else None
+    capacity = sampler_supply.best_setup(env, limit, user_n, user_k)
+    floor = REPLAY_RATIO_MIN if not cpu_learners else REPLAY_RATIO_TARGET
+    feed = choose_feed([(p, critic_rate(p)) for p in candidates], capacity.steps_hz, floor, least, user_utd)
+    if not in_band(feed.ratio):
+        out.notes.append(f"replay ratio {feed.ratio:,.0f} (batch {feed.batch_size} x UTD {feed.utd:g}) is outside the "
+                         "band the plan keeps; learning per env step may suffer")
+    out.choices["batch_size"] = (feed.batch_size, _batch_reason(dev, feed, capacity, knee, evidence))
+    out.choices["utd"] = (feed.utd, ratio_reason(feed.ratio, feed.limit, gpu_learners=not cpu_learners,
+                                                 spare_cores=limit, least_utd=least, total_steps=config.total_steps,
+                                                 supply_hz=capacity.steps_hz, data_hz=feed.data_hz))
+
+    # 4. samplers x envs per sampler: the fewest processes that feed the critic, with headroom
+    want = SUPPLY_HEADROOM * feed.data_hz
+    setup = sampler_supply.setup_for(env, want, limit, user_n, user_k)
+    listing = ", ".join(f"{k}: {sampler_supply.supply(env, setup.samplers, k).steps_hz:,.0f}/s"
+                        for k in sampler_supply.envs_options(env))
+    out.choices["envs_per_sampler"] = (setup.envs_per_sampler,
+                                       f"fewest processes, then fewest envs each, that make {want:,.0f} env steps/s "
+                                       f"({setup.samplers} sampler(s) with k envs: {listing})")
+    out.choices["samplers"] = (setup.samplers,
+                               f"{setup.text} for the {feed.data_hz:,.0f}/s the critic learns from, +"
+                               f"{SUPPLY_HEADROOM - 1:.0%}; the cores allow {limit} ({capacity.text})")
+    note = sampler_supply.scaling_note(env, setup)
+    if note:
+        out.notes.append(note)
+
     # 5. threads of parallel CPU learners: the cores the samplers leave, if more threads measured faster
-    if not serial and cpu_learners:
-        duty = min(1.0, critic_hz / utd / (samplers * sampler_hz))
-        spare = int(cores - PARALLEL_LEARNERS - math.ceil(samplers * duty))
+    duty = min(1.0, feed.data_hz / setup.steps_hz) if setup.steps_hz > 0 else 1.0
+    if cpu_learners:
+        spare = int(cores - PARALLEL_LEARNERS - math.ceil(setup.samplers * duty))
         threads, thread_reason = ((1, "one thread each: samplers and learners already fill the cores") if spare <= 0
                                   else _learner_threads(probes, cores, spare, cpu_learners))
         threads = ctx.fixed("torch_threads", threads)
     out.choices["torch_threads"] = (threads, thread_reason)
-    _predict(out, point, critic_hz, sampler_hz, samplers, utd, threads, cpu_learners, cores, delay)
+    _predict_parallel(out, feed, setup, capacity.steps_hz, threads, cpu_learners, cores)
     return out
+
+
+def _batch_reason(dev: str, feed: Feed, capacity: sampler_supply.SamplerSetup, knee: UpdatePoint,
+                  evidence: str) -> str:
+    frames = feed.critic_hz * feed.batch_size
+    head = (f"{dev}: {feed.critic_hz:,.0f} critic updates/s x {feed.batch_size} = {frames:,.0f} frames/s learn from "
+            f"{feed.data_hz:,.0f} env steps/s at R {feed.ratio:,.0f}, the most of any batch up to the knee "
+            f"({knee.batch_size})")
+    if feed.limit in ("balanced", "ceiling"):
+        return (f"{head}; the samplers make at most {capacity.steps_hz:,.0f}/s, so a larger batch would only "
+                "re-read the same data")
+    return f"{head}; knee: {evidence}"
+
+
+def _serial_feed(candidates: list[UpdatePoint], env: EnvRates, least: float, user_utd: float | None,
+                 delay: int) -> tuple[UpdatePoint, float, float, str]:
+    """Serial mode's batch and ratio: the most env steps/s learned from, one process stepping and updating in turn.
+
+    The ratio is the target (one process: no idle resource to trade for data), raised where the run
+    length needs it; batches that cannot give the run its updates inside the band are skipped.
+    Returns (point, ratio, utd, what set the ratio).
+    """
+    env_hz = max((r.value for r in env.per_sampler.values()), default=env.step_with_policy.value)
+    options = []
+    for point in candidates:
+        ratio, utd, why = serial_ratio(point.batch_size, least, user_utd)
+        fits = in_band(ratio) if user_utd is not None else point.batch_size * least <= REPLAY_RATIO_MAX * 1.001
+        per_step = 1.0 / env_hz + utd * (1.0 / point.critic.value + 1.0 / (delay * point.actor.value))
+        options.append((fits, 1.0 / per_step, point, ratio, utd, why))
+    fitting = [o for o in options if o[0]] or [min(options, key=lambda o: o[2].batch_size)]
+    best = max(o[1] for o in fitting)
+    ties = [o for o in fitting if o[1] >= (1.0 - FEED_TIE) * best]
+    _, _, point, ratio, utd, why = min(ties, key=lambda o: preference(o[3], o[2].batch_size))
+    return point, ratio, utd, why
 
 
 def _nearest(curve: UpdateCurve, batch: int) -> UpdatePoint:
     return min(curve.points, key=lambda p: abs(math.log2(p.batch_size) - math.log2(max(batch, 1))))
 
 
-def _envs_per_sampler(env: EnvRates, point: UpdatePoint, utd: float, serial: bool, max_samplers: int,
-                      config: Any) -> tuple[int, str]:
-    """Fewest envs per sampler that cost nothing measurable (fewer envs: a fresher policy per step).
+def _serial_envs_per_sampler(env: EnvRates, point: UpdatePoint, utd: float, delay: int) -> tuple[int, str]:
+    """Serial mode: the fewest envs per sampler within 5% of the best time per env step *with the updates*.
 
-    Serial: the smallest count within 5% of the best time per env step *including the updates*
-    (the env is rarely what a serial run waits for). Parallel: the smallest count that needs no
-    more sampler processes than the fastest count would to feed the critic.
+    The env is rarely what a serial run waits for; fewer envs step each with a fresher policy.
     """
     rates = {n: r.value for n, r in sorted(env.per_sampler.items())} or {1: env.step_with_policy.value}
     listed = ", ".join(f"{n}: {v:,.0f}/s" for n, v in rates.items())
-    if serial:
-        delay = config.policy_delay or (2 if config.algo == "td3" else 1)
-        learn = utd * (1.0 / point.critic.value + 1.0 / (delay * point.actor.value))
-        cost = {n: 1.0 / v + learn for n, v in rates.items()}
-        best = min(cost.values())
-        n = min(k for k, c in cost.items() if c <= 1.05 * best)
-        return n, (f"a serial env step costs {1e3 * cost[n]:.2f} ms with the updates, {1e3 * best:.2f} ms at best: "
-                   f"more envs per sampler save under 5% (sampler loop {listed})")
-    need = point.critic.value / utd
-    fastest = max(rates.values())
-    procs = {n: math.ceil(need / v) for n, v in rates.items()}
-    floor = min(max_samplers, math.ceil(need / fastest))
-    n = min((k for k, p in procs.items() if p <= floor), default=max(rates, key=rates.get))
-    return n, f"fewest envs per sampler that feed {need:,.0f} steps/s with {max(floor, 1)} sampler(s) ({listed})"
+    learn = utd * (1.0 / point.critic.value + 1.0 / (delay * point.actor.value))
+    cost = {n: 1.0 / v + learn for n, v in rates.items()}
+    best = min(cost.values())
+    n = min(k for k, c in cost.items() if c <= 1.05 * best)
+    return n, (f"a serial env step costs {1e3 * cost[n]:.2f} ms with the updates, {1e3 * best:.2f} ms at best: "
+               f"more envs per sampler save under 5% (sampler loop {listed})")
 
 
 def _learner_threads(probes: ProbeResults, cores: int, spare: int, cpu_learners: int) -> tuple[int, str]:
@@ -206,29 +290,38 @@ def _learner_threads(probes: ProbeResults, cores: int, spare: int, cpu_learners:
     return threads, f"{cores} threads measured {gain:.2f}x one thread over {b}; {spare} core(s) are spare"
 
 
-def _predict(out: Layout, point: UpdatePoint, critic_hz: float, sampler_hz: float, samplers: int, utd: float,
-             threads: int, cpu_learners: int, cores: int, delay: int) -> None:
-    """Expected rates of a layout, CPU contention included.
+def _predict_serial(out: Layout, point: UpdatePoint, sampler_hz: float, utd: float, threads: int, cores: int,
+                    delay: int) -> None:
+    """Serial mode's expected rates: one env step and its share of updates, in turn, in one process."""
+    per_step = 1.0 / sampler_hz + utd * (1.0 / point.critic.value + 1.0 / (delay * point.actor.value))
+    update_hz = utd / per_step
+    out.predicted = {"sample_hz": update_hz / utd, "update_hz": update_hz,
+                     "update_frames_hz": update_hz * point.batch_size, "replay_ratio": utd * point.batch_size,
+                     "utd": utd, "sampler_capacity_hz": sampler_hz, "max_sampler_hz": sampler_hz, "busy_processes": 1.0, "cpu_demand": float(threads),
+                     "cores": float(cores)}
 
-    Serial: one env step and its updates in turn. Parallel: the critic's rate, capped by what the
-    samplers deliver; a sampler paced to the learners uses only its duty cycle (needed steps/s over
-    the steps/s it can make) of a core, so it counts as busy only from half a core up. When the
-    expected CPU demand exceeds the cores, every rate shrinks in proportion.
+
+def _predict_parallel(out: Layout, feed: Feed, setup: sampler_supply.SamplerSetup, max_supply_hz: float, threads: int,
+                      cpu_learners: int, cores: int) -> None:
+    """Expected rates of a parallel layout, CPU contention included.
+
+    The critic's rate, capped by what the samplers deliver at the planned UTD; a sampler paced to
+    the learners uses only its duty cycle (needed steps/s over the steps/s it can make) of a core,
+    so it counts as busy only from half a core up. When the expected CPU demand exceeds the cores,
+    every rate shrinks in proportion.
     """
-    if out.serial:
-        per_step = 1.0 / sampler_hz + utd * (1.0 / point.critic.value + 1.0 / (delay * point.actor.value))
-        update_hz = utd / per_step
-        demand, busy = float(threads), 1
-    else:
-        update_hz = min(critic_hz, samplers * sampler_hz * utd)
-        duty = min(1.0, update_hz / utd / (samplers * sampler_hz))
-        learner_cores = cpu_learners * threads + (PARALLEL_LEARNERS - cpu_learners)  # a GPU learner's launcher: 1
-        demand = learner_cores + samplers * duty
-        busy = PARALLEL_LEARNERS + (samplers if duty >= 0.5 else 0)
-        update_hz *= min(1.0, cores / demand)
-        out.busy_note = (f"{samplers} sampler(s) at {duty:.0%} of a core each beside {PARALLEL_LEARNERS} learners: "
-                         f"{demand:.2f} cores of work on {cores}")
-        if busy > cores:
-            out.violation = f"{busy} busy processes on {cores} core(s)"
-    out.predicted = {"sample_hz": update_hz / utd, "update_hz": update_hz, "update_frames_hz": update_hz * point.batch_size,
+    samplers, utd = setup.samplers, feed.utd
+    update_hz = min(feed.critic_hz, setup.steps_hz * utd)
+    duty = min(1.0, update_hz / utd / setup.steps_hz) if setup.steps_hz > 0 else 1.0
+    learner_cores = cpu_learners * threads + (PARALLEL_LEARNERS - cpu_learners)  # a GPU learner's launcher: 1
+    demand = learner_cores + samplers * duty
+    busy = PARALLEL_LEARNERS + (samplers if duty >= 0.5 else 0)
+    update_hz *= min(1.0, cores / demand)
+    out.busy_note = (f"{samplers} sampler(s) at {duty:.0%} of a core each beside {PARALLEL_LEARNERS} learners: "
+                     f"{demand:.2f} cores of work on {cores}")
+    if busy > cores:
+        out.violation = f"{busy} busy processes on {cores} core(s)"
+    out.predicted = {"sample_hz": update_hz / utd, "update_hz": update_hz,
+                     "update_frames_hz": update_hz * feed.batch_size, "replay_ratio": feed.ratio, "utd": utd,
+                     "sampler_capacity_hz": setup.steps_hz, "max_sampler_hz": max_supply_hz,
                      "busy_processes": float(busy), "cpu_demand": demand, "cores": float(cores)}

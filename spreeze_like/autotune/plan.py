@@ -10,23 +10,27 @@ The rules, in the order they are applied:
 1. **Devices.** Rank the devices by their best measured critic update frames/s. Two or more GPUs:
    critic on the fastest (its update costs about twice the actor's), actor on the next. One GPU
    faster than the CPU: both learners on it. Otherwise the CPU.
-2. **Mode.** Both modes are planned in full (rules 3-5) and the one with the higher expected update
-   frames/s wins. Busy processes never exceed the cores: each learner is busy; a sampler is paced
-   to the learners (the parallel mode's UTD pacing), so it uses only its duty cycle -- the steps/s
-   the learners need over the steps/s it can make -- and counts as busy from half a core up; the
-   supervisor, monitor and evaluator are mostly idle. Expected rates shrink in proportion when the
-   expected CPU work exceeds the cores. (On the 2-core development machine 1 sampler needs ~2% of
-   a core beside two CPU learners: the parallel mode is expected at ~1.9x the serial update rate.)
-3. **Batch size**, from the critic device's measured curve (points within 80% of the GPU's memory,
-   at most 8192): double the batch while a doubling buys at least 1.5x the update frames/s, i.e.
-   costs at most a quarter of the update rate. On a GPU the update time is flat until the device
-   saturates, so this lands on a large batch; on a CPU the curve bends early and it stays small.
-   In parallel mode, when the samplers the cores allow cannot feed the critic at the target UTD, the
-   batch keeps growing while the critic still keeps up with them: the learner would idle otherwise.
-4. **Samplers** so that their measured rate matches what the critic consumes at the target UTD
-   (``updates/s / utd``), within the cores left after the learners. **Envs per sampler**: the
-   fewest that cost nothing measurable (serial: within 5% of the best time per step including the
-   updates; parallel: no more sampler processes needed than with the fastest count).
+2. **Mode.** Both modes are planned in full (rules 3-5) and the one expected to learn from more env
+   steps/s (at a replay ratio inside the band of rule 3) wins.
+   Busy processes never exceed the cores: each learner is busy; a sampler is paced to the learners
+   (the parallel mode's UTD pacing), so it uses only its duty cycle -- the steps/s the learners need
+   over the steps/s it can make -- and counts as busy from half a core up; the supervisor, monitor
+   and evaluator are mostly idle. Expected rates shrink in proportion when the expected CPU work
+   exceeds the cores. (On the 2-core development machine 1 sampler needs ~2% of a core beside two
+   CPU learners: the parallel mode is expected at ~1.9x the serial update rate.)
+3. **Batch size and UTD** for learning speed, not update frames/s alone
+   (:mod:`~spreeze_like.autotune.replay_ratio`): the replay ratio R = batch x UTD stays in
+   [128, 1024] around SAC's 256, and among the measured batch sizes up to the update-rate knee
+   (double from 256 while a doubling buys >= 1.5x the critic frames/s; within 80% of a GPU's memory;
+   at most 8192) the plan takes the one that learns from the most env steps/s -- the batch grows only
+   as far as the samplers the cores allow can feed it. With GPU learners and idle cores R goes to
+   the band's floor (more fresh data per update); with CPU learners it stays at 256. A short run
+   keeps at least 20,000 critic updates in all (``total_steps x utd``). Serial mode: the knee of the
+   update-pair curve at R 256.
+4. **Samplers x envs per sampler**: the fewest processes, then the fewest envs each, whose measured
+   total rate (N processes stepping at once: :mod:`~spreeze_like.autotune.sampler_supply`) covers
+   what the critic learns from plus 25%; at most the cores minus the learners' (minus one support
+   core from 8 cores up). Serial mode: one sampler, the fewest envs within 5% of the best step cost.
 5. **Threads.** Samplers and GPU learners 1. A CPU learner gets the cores nobody else uses, but only
    if the all-cores curve measured faster than 1 thread (oversubscribed threads are slower).
 6. **Replay** as large as the run needs (``total_steps``, at most the configured size) and as fits
@@ -57,8 +61,8 @@ __all__ = ["BATCH_CAP", "DOUBLING_GAIN", "GPU_MEMORY_FRACTION", "Choice", "Plan"
 MEMORY_FRACTION = 0.5
 PROCESS_BYTES = 600 * 2**20  # resident memory of one process with torch and an env loaded
 PARALLEL_IDLE = 3  # supervisor, monitor, evaluator: mostly idle, but they take memory
-PLANNED_FIELDS = ("serial", "actor_device", "critic_device", "precision", "batch_size", "samplers", "envs_per_sampler",
-                  "torch_threads", "buffer_size", "ring_capacity")
+PLANNED_FIELDS = ("serial", "actor_device", "critic_device", "precision", "batch_size", "utd", "samplers",
+                  "envs_per_sampler", "torch_threads", "buffer_size", "ring_capacity")
 
 
 @dataclass
@@ -102,8 +106,10 @@ class Plan:
         p = self.predicted
         if p:
             lines.append(f"  expected: {p.get('sample_hz', 0):,.0f} env steps/s, {p.get('update_hz', 0):,.1f} critic "
-                         f"updates/s, {p.get('update_frames_hz', 0):,.0f} update frames/s, "
-                         f"{p.get('busy_processes', 0):.0f} busy process(es) on {p.get('cores', 0):.0f} core(s)")
+                         f"updates/s, {p.get('update_frames_hz', 0):,.0f} update frames/s, replay ratio "
+                         f"{p.get('replay_ratio', 0):,.0f}, {p.get('busy_processes', 0):.0f} busy process(es) on "
+                         f"{p.get('cores', 0):.0f} core(s); samplers could make {p.get('max_sampler_hz', 0):,.0f} "
+                         "env steps/s")
         lines += [f"  note: {n}" for n in self.notes]
         lines += [f"  estimate: {e}" for e in self.estimates]
         return "\n".join(lines)
@@ -200,16 +206,19 @@ def make_plan(probes: ProbeResults, config: Any, explicit: Collection[str] = (),
         layout.choices["serial"] = (True, "the parallel mode is not built in this version")
     else:
         serial_layout, parallel_layout = plan_layout(ctx, True), plan_layout(ctx, False)
-        s_hz, p_hz = serial_layout.predicted["update_frames_hz"], parallel_layout.predicted["update_frames_hz"]
+        s_hz, p_hz = serial_layout.predicted["sample_hz"], parallel_layout.predicted["sample_hz"]
+        s_r, p_r = serial_layout.predicted["replay_ratio"], parallel_layout.predicted["replay_ratio"]
         if parallel_layout.violation:
             layout, why = serial_layout, f"parallel would break a rule ({parallel_layout.violation})"
         elif p_hz >= s_hz:
-            layout, why = parallel_layout, (f"expected {p_hz:,.0f} update frames/s in parallel vs {s_hz:,.0f} in one "
-                                            f"process ({parallel_layout.busy_note})")
+            layout, why = parallel_layout, (f"expected to learn from {p_hz:,.0f} env steps/s at R {p_r:,.0f} in "
+                                            f"parallel vs {s_hz:,.0f} at R {s_r:,.0f} in one process "
+                                            f"({parallel_layout.busy_note})")
         else:
-            layout, why = serial_layout, f"expected {s_hz:,.0f} update frames/s in one process vs {p_hz:,.0f} in parallel"
+            layout, why = serial_layout, (f"expected to learn from {s_hz:,.0f} env steps/s at R {s_r:,.0f} in one "
+                                          f"process vs {p_hz:,.0f} at R {p_r:,.0f} in parallel")
         layout.choices["serial"] = (layout.serial, why)
-    for name in ("serial", "batch_size", "envs_per_sampler", "samplers", "torch_threads"):
+    for name in ("serial", "batch_size", "utd", "envs_per_sampler", "samplers", "torch_threads"):
         value, reason = layout.choices[name]
         choose(name, value, reason)
     plan.predicted = layout.predicted

@@ -10,6 +10,8 @@ hardware facts, GPUs   (fixed)     this process (psutil, /proc) + a GPU subproce
 memcpy bandwidth       2%          this process (numpy only)
 ring throughput        5%          a spawned producer -> this process, through a real Ring
 env step rates         15%         the probe worker (sampler loop, numpy policy)
+sampler scaling        8%          N sampler processes x K envs each at once (spawned from here,
+                                   numpy only; :mod:`~spreeze_like.autotune.sampler_scaling`)
 update curves          the rest    the probe worker: CPU at 1 thread, CPU at all usable cores,
                                    and each GPU; GPUs weigh twice the CPU curves when present
 =====================  ==========  ==============================================================
@@ -28,14 +30,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from spreeze_like.autotune import cache, hardware
+from spreeze_like.autotune.env_probe import ENVS_PER_SAMPLER_OPTIONS
+from spreeze_like.autotune.layout import max_samplers
 from spreeze_like.autotune.measure import memcpy_rate, ring_rate
-from spreeze_like.autotune.results import Hardware, ProbeResults
+from spreeze_like.autotune.results import EnvRates, Hardware, ProbeResults
+from spreeze_like.autotune.sampler_scaling import SamplerScalingError, measure_scaling, sampler_counts
 from spreeze_like.autotune.worker import CurveJob, run_worker
 from spreeze_like.devices import resolve_precision
 from spreeze_like.errors import ConfigError
 
 DEFAULT_BUDGET_S = 60.0
 MIN_BUDGET_S = 0.5
+SCALING_MIN_POINT_S = 0.1  # timed window per (processes, envs) point of the scaling probe, at least
 CPU_MAX_BATCH = 16384  # past this a CPU update takes seconds: no use for a learner that must keep up
 GPU_MAX_BATCH = 65536
 
@@ -76,6 +82,23 @@ def curve_jobs(devices: Sequence[str], hw: Hardware, budget_s: float) -> list[Cu
         jobs.append(CurveJob(device, threads, budget_s * weight / total,
                              GPU_MAX_BATCH if gpu else CPU_MAX_BATCH, gpu.total_memory if gpu else 0, precision))
     return jobs
+
+
+def probe_scaling(env: EnvRates, env_id: str, spec: dict, budget_s: float, cores: int,
+                  progress: Callable[[str], None]) -> None:
+    """Fill ``env.parallel``: N sampler processes x K envs each, N up to what a plan may use on ``cores``.
+
+    A failure (an env that cannot run in a fresh process, a worker that dies) is reported and
+    recorded in ``env.parallel_note``; the planner then assumes linear scaling and says so.
+    """
+    counts = sampler_counts(max_samplers(cores))
+    ks = list(ENVS_PER_SAMPLER_OPTIONS)
+    seconds = max(SCALING_MIN_POINT_S, budget_s / (len(counts) * len(ks)))
+    try:
+        env.parallel = measure_scaling(env_id, spec, counts, ks, seconds, progress)
+    except SamplerScalingError as exc:
+        env.parallel_note = f"the multi-process sampler probe failed: {str(exc).splitlines()[0]}"
+        progress(env.parallel_note)
 
 
 def probe_machine(
@@ -120,9 +143,10 @@ def probe_machine(
     ring = ring_rate(width, 0.05 * budget_s, memcpy)
     progress(f"ring ({width} floats per transition, 256 per write): {ring.text()}")
     spec = {"algo": algo, "obs_dim": info.obs_dim, "act_dim": info.act_dim, "hidden_sizes": tuple(hidden_sizes)}
-    update_budget = 0.78 * budget_s
+    update_budget = 0.70 * budget_s
     env, curves = run_worker(env_id, spec, 0.15 * budget_s, curve_jobs(devices, hw, update_budget), progress,
                              hard_timeout_s=3 * budget_s + 180)
+    probe_scaling(env, env_id, spec, 0.08 * budget_s, hw.usable_cores, progress)
     return ProbeResults(
         fingerprint=hardware.fingerprint(),
         created=dt.datetime.now().astimezone().isoformat(timespec="seconds"),

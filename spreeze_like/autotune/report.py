@@ -1,8 +1,8 @@
 """Probe results for people: a plain-text report, and the curves as TensorBoard scalars.
 
 TensorBoard layout (one run folder, ``runs/profile__<time>/``), so that the curves read as curves:
-the x axis ("step") is the batch size for update figures and the envs per sampler for sampler
-figures; a single figure (memcpy, ring, raw env step) is written at step 0.
+the x axis ("step") is the batch size for update figures, the envs per sampler for one sampler's
+figures and the number of sampler processes for the multi-process curve; a single figure (memcpy, ring, raw env step) is written at step 0.
 
 ==================================================  ===========================================
 tag                                                 x axis
@@ -12,6 +12,7 @@ tag                                                 x axis
 ``updates/<device>_<threads>t/critic_frames_per_s``   batch size (transitions/s = rate x batch)
 ``updates/<device>_<threads>t/peak_memory_mib``       batch size (CUDA only)
 ``env/sampler_steps_per_s``                           envs per sampler
+``env/samplers_x<K>envs_steps_per_s``                 sampler processes stepping at once (total)
 ``env/step_alone_per_s``, ``data/memcpy_gb_per_s``,   -- (step 0)
 ``data/ring_transitions_per_s``
 ==================================================  ===========================================
@@ -66,6 +67,7 @@ def report_text(r: ProbeResults) -> str:
     ]
     for n, rate in sorted(r.env.per_sampler.items()):
         lines.append(f"  sampler with {n} env(s), batched {rate.value:12,.0f} steps/s{_flag(rate)}")
+    lines += _parallel_lines(r)
     lines.append(f"updates ({r.algo}, hidden {'x'.join(map(str, r.hidden_sizes))}): replay sample + copy to the "
                  "device + one update of each half")
     for c in r.updates:
@@ -82,6 +84,19 @@ def report_text(r: ProbeResults) -> str:
         lines.append("estimates (* above): figures the budget did not allow to measure properly")
         lines += [f"  {e}" for e in estimates]
     return "\n".join(lines)
+
+
+def _parallel_lines(r: ProbeResults) -> list[str]:
+    """The multi-process sampler curve as a table: total env steps/s, processes down, envs each across."""
+    if not r.env.parallel:
+        return [f"  sampler processes at once: not measured ({r.env.parallel_note or 'probe file of schema 2'})"]
+    ks = sorted({k for by_k in r.env.parallel.values() for k in by_k})
+    lines = ["  sampler processes at once, total env steps/s (envs per sampler across):",
+             "    " + f"{'processes':>9}" + "".join(f"{k:>12}" for k in ks)]
+    for n, by_k in sorted(r.env.parallel.items()):
+        cells = "".join(f"{by_k[k].value:10,.0f}{_flag(by_k[k]):2}" if k in by_k else f"{'-':>12}" for k in ks)
+        lines.append(f"    {n:>9}{cells}")
+    return lines
 
 
 def write_tensorboard(r: ProbeResults, log_dir: str | Path) -> Path:
@@ -101,6 +116,9 @@ def write_tensorboard(r: ProbeResults, log_dir: str | Path) -> Path:
                     writer.add_scalar(f"{prefix}/peak_memory_mib", p.peak_memory / 2**20, p.batch_size)
         for n, rate in sorted(r.env.per_sampler.items()):
             writer.add_scalar("env/sampler_steps_per_s", rate.value, n)
+        for n, by_k in sorted(r.env.parallel.items()):
+            for k, rate in sorted(by_k.items()):
+                writer.add_scalar(f"env/samplers_x{k}envs_steps_per_s", rate.value, n)
         writer.add_scalar("env/step_alone_per_s", r.env.step.value, 0)
         writer.add_scalar("data/memcpy_gb_per_s", r.memcpy.value / 1e9, 0)
         writer.add_scalar("data/ring_transitions_per_s", r.ring.value, 0)

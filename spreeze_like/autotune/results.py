@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 2  # 2: curves record their precision; bump when a field changes meaning; older cached files are then re-probed
+SCHEMA_VERSION = 3  # 2: curves record their precision; 3: env rates hold the multi-process sampler curve (parallel).
+# Bump when a field changes meaning or a probe is added; older cached files are then re-probed.
 
 
 @dataclass
@@ -94,6 +95,9 @@ class EnvRates:
 
     ``per_sampler`` maps envs-per-sampler to env steps/s of one sampler process running the real
     sampler loop (one batched policy inference for all its envs, then one step of each).
+    ``parallel`` maps a number of sampler processes N, all stepping at once, to envs-per-sampler K
+    to their *total* env steps/s (:mod:`spreeze_like.autotune.sampler_scaling`); empty in probe
+    files of schema 2, which did not measure it.
     """
 
     env_id: str
@@ -102,6 +106,8 @@ class EnvRates:
     step: Rate  # env.step alone, random actions
     step_with_policy: Rate  # one env, one actor forward (the sampler's numpy policy) per step
     per_sampler: dict[int, Rate] = field(default_factory=dict)
+    parallel: dict[int, dict[int, Rate]] = field(default_factory=dict)
+    parallel_note: str = ""  # why ``parallel`` is empty (not measured, the probe failed), else empty
 
     def best_envs_per_sampler(self, tolerance: float = 0.05) -> int:
         """Smallest envs-per-sampler within ``tolerance`` of the fastest (fewer envs: fresher policy)."""
@@ -179,6 +185,7 @@ class ProbeResults:
         named: list[tuple[str, Rate]] = [("memcpy", self.memcpy), ("ring", self.ring), ("env step", self.env.step),
                                          ("env step with policy", self.env.step_with_policy)]
         named += [(f"sampler with {n} envs", r) for n, r in self.env.per_sampler.items()]
+        named += [(f"{n} samplers x {k} envs", r) for n, by_k in self.env.parallel.items() for k, r in by_k.items()]
         for c in self.updates:
             for p in c.points:
                 named += [(f"{c.device}/{c.threads}t critic@{p.batch_size}", p.critic),

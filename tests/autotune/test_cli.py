@@ -26,7 +26,8 @@ def test_profile_report_holds_every_item(profiled):
     proc, _, _ = profiled
     out = proc.stdout
     for item in ("[profile", "CPU ", "physical", "logical", "memory ", "/dev/shm", "GPUs", "memcpy", "ring (process",
-                 "env.step alone", "with policy (1 env", "sampler with 8 env(s)", "cpu, 1 torch thread(s), ",
+                 "env.step alone", "with policy (1 env", "sampler with 8 env(s)",
+                 "sampler processes at once, total env steps/s", "cpu, 1 torch thread(s), ",
                  "critic/s", "actor/s", "critic frames/s", "autotune plan for Pendulum-v1", "--batch-size",
                  "--precision"):
         assert item in out, item
@@ -45,7 +46,14 @@ def test_profile_writes_json_tensorboard_and_the_cache(profiled):
     assert curve.points and curve.points[0].batch_size == 256 and curve.stop_reason
     tags = scalars(out_dir)
     assert [step for step, _ in tags["updates/cpu_1t/critic_frames_per_s"]] == [p.batch_size for p in curve.points]
-    assert [step for step, _ in tags["env/sampler_steps_per_s"]] == [1, 2, 4, 8]
+    assert [step for step, _ in tags["env/sampler_steps_per_s"]] == [1, 2, 4, 8, 16]
+    # the multi-process curve: x = sampler processes (this machine's plan allows max_samplers of them)
+    from spreeze_like.autotune.layout import max_samplers
+    from spreeze_like.autotune.sampler_scaling import sampler_counts
+
+    counts = sampler_counts(max_samplers(results.hardware.usable_cores))
+    assert sorted(results.env.parallel) == counts
+    assert [step for step, _ in tags["env/samplers_x4envs_steps_per_s"]] == counts
     for tag in ("updates/cpu_1t/critic_updates_per_s", "updates/cpu_1t/actor_updates_per_s",
                 "data/memcpy_gb_per_s", "data/ring_transitions_per_s", "env/step_alone_per_s"):
         assert tag in tags
@@ -75,7 +83,7 @@ def test_autotune_trains_with_the_plan_and_saves_it(tmp_path):
     (run_dir,) = (tmp_path / "runs").iterdir()
     plan = json.loads((run_dir / "plan.json").read_text())
     config = json.loads((run_dir / "config.json").read_text())
-    for name in ("batch_size", "samplers", "envs_per_sampler", "serial", "buffer_size", "torch_threads"):
+    for name in ("batch_size", "utd", "samplers", "envs_per_sampler", "serial", "buffer_size", "torch_threads"):
         assert plan["choices"][name]["source"] == "plan"
         assert config[name] == plan["choices"][name]["value"], name
     assert config["total_steps"] == 300 and config["hidden_sizes"] == [32, 32]  # the user's flags kept

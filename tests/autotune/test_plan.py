@@ -9,11 +9,22 @@ import json
 import pytest
 
 from spreeze_like.autotune.apply import apply_plan, explicit_fields
+from spreeze_like.autotune.layout import SUPPLY_HEADROOM, max_samplers
 from spreeze_like.autotune.plan import BATCH_CAP, GPU_MEMORY_FRACTION, PROCESS_BYTES, make_plan, replay_row_bytes
+from spreeze_like.autotune.replay_ratio import (
+    MIN_RUN_UPDATES,
+    REPLAY_RATIO_MAX,
+    REPLAY_RATIO_MIN,
+    REPLAY_RATIO_TARGET,
+    in_band,
+)
+from spreeze_like.autotune.sampler_supply import supply
 from spreeze_like.config import TrainConfig
 from spreeze_like.errors import ConfigError
 
 from .helpers import ALL, ONE_GPU, REAL, TWO_GPU, load
+
+LONG = 10_000_000  # a run bounded by wall time, not steps (tools/bench_autotune.py passes this)
 
 CONFIGS = {
     "default": {},
@@ -21,6 +32,7 @@ CONFIGS = {
     "utd-quarter": {"utd": 0.25},
     "prioritized-long": {"prioritized": True, "total_steps": 3_000_000, "buffer_size": 2_000_000},
     "td3": {"algo": "td3"},
+    "time-bound": {"total_steps": LONG},
 }
 
 
@@ -36,13 +48,16 @@ def with_cores(probes, cores):
 
 
 # --- the three machines ------------------------------------------------------------------------------
-def test_real_two_core_cpu_machine():
-    plan, _ = plan_for(REAL)
+@pytest.mark.parametrize("total_steps", [20_000, LONG])
+def test_real_two_core_cpu_machine(total_steps):
+    plan, _ = plan_for(REAL, total_steps=total_steps)
     assert plan.value("actor_device") == plan.value("critic_device") == "cpu"
     # two CPU learners get a core each; the one sampler, paced to them, needs a few percent of a core
-    assert plan.value("serial") is False and "update frames/s in parallel" in plan.choices["serial"].reason
-    assert plan.value("samplers") == 1
-    assert plan.value("batch_size") in [p.batch_size for p in load(REAL).curve("cpu", 1).points]
+    assert plan.value("serial") is False and "in parallel vs" in plan.choices["serial"].reason
+    assert plan.value("samplers") == 1 and plan.value("envs_per_sampler") == 1
+    # the plan made before the replay-ratio rule, kept: the CPU curve bends at once, learners on the CPU keep R 256
+    assert plan.value("batch_size") == 256 and plan.value("utd") == 1.0
+    assert "SAC's tuned ratio" in plan.choices["utd"].reason
     assert plan.predicted["busy_processes"] == 2
 
 
@@ -78,16 +93,18 @@ def test_no_parallel_mode_means_serial():
 
 
 def test_one_gpu_puts_both_learners_on_it_with_a_large_batch():
-    plan, _ = plan_for(ONE_GPU)
+    plan, _ = plan_for(ONE_GPU, total_steps=LONG)
     assert plan.value("actor_device") == plan.value("critic_device") == "cuda:0"
     assert plan.value("serial") is False
-    # the synthetic GPU curve is launch-bound (flat update time): the batch grows to the cap
+    # the synthetic GPU curve is launch-bound (flat update time): the batch grows to the cap, the
+    # learner stays the bottleneck, and R goes to the band's floor: few updates per env step
     assert plan.value("batch_size") == BATCH_CAP
+    assert plan.value("utd") * BATCH_CAP == REPLAY_RATIO_MIN
     assert plan.value("torch_threads") == 1
-    # enough samplers for the GPU's update rate at UTD 1, within the cores left by the learners
-    point = load(ONE_GPU).curve("cuda:0").point(BATCH_CAP)
-    sampler_hz = load(ONE_GPU).env.per_sampler[plan.value("envs_per_sampler")].value
-    assert plan.value("samplers") * sampler_hz >= min(point.critic.value, 14 * sampler_hz) * 0.99
+    # enough samplers, with the headroom, for what the critic learns from
+    setup = supply(load(ONE_GPU).env, plan.value("samplers"), plan.value("envs_per_sampler"))
+    assert setup.steps_hz >= SUPPLY_HEADROOM * plan.predicted["sample_hz"] * 0.99
+    assert setup.steps_hz == pytest.approx(plan.predicted["sampler_capacity_hz"])
 
 
 def test_two_gpus_put_each_learner_on_its_own_and_the_critic_on_the_faster():
@@ -109,7 +126,9 @@ def test_a_gpu_slower_than_the_cpu_is_not_used():
 @pytest.mark.parametrize("fixture_name", ALL)
 def test_plan_invariants(fixture_name, config_name):
     probes = load(ALL[fixture_name])
-    plan, config = plan_for(ALL[fixture_name], **CONFIGS[config_name])
+    changes = CONFIGS[config_name]
+    yours = {"utd"} & set(changes)  # a --utd in a config is the user's: the plan keeps it
+    plan, config = plan_for(ALL[fixture_name], explicit=yours, **changes)
     hw = probes.hardware
     cores = hw.usable_cores
     # never more busy processes than cores; the paced samplers that do not count add under half a core
@@ -128,6 +147,18 @@ def test_plan_invariants(fixture_name, config_name):
     gpu = {g.device: g for g in hw.gpus}.get(plan.value("critic_device"))
     if gpu is not None:
         assert point.peak_memory <= GPU_MEMORY_FRACTION * gpu.total_memory
+    # the replay ratio: the user's UTD kept; otherwise inside the band, with the run's minimum of updates
+    ratio = plan.value("batch_size") * plan.value("utd")
+    assert plan.predicted["replay_ratio"] == pytest.approx(ratio)
+    if yours:
+        assert plan.value("utd") == changes["utd"] and plan.choices["utd"].source == "user"
+    else:
+        assert in_band(ratio), ratio
+        assert plan.value("utd") * config.total_steps >= MIN_RUN_UPDATES * 0.999
+    # the samplers planned make what the critic learns from; never more of them than the cores allow
+    if not plan.value("serial"):
+        assert plan.predicted["sample_hz"] <= plan.predicted["sampler_capacity_hz"] * 1.001
+        assert plan.value("samplers") <= max_samplers(cores)
     # every choice has a one-line reason, and the result is a valid config
     for name, choice in plan.choices.items():
         assert choice.reason and "\n" not in choice.reason, name
@@ -137,7 +168,7 @@ def test_plan_invariants(fixture_name, config_name):
 def test_batch_respects_a_small_gpu():
     probes = load(ONE_GPU)
     probes.hardware.gpus[0].total_memory = 2**27  # 128 MiB: the fixture's peak at 8192 is ~146 MiB
-    plan, _ = plan_for(ONE_GPU, probes=probes)
+    plan, _ = plan_for(ONE_GPU, probes=probes, total_steps=LONG)
     point = probes.curve("cuda:0").point(plan.value("batch_size"))
     assert point.peak_memory <= GPU_MEMORY_FRACTION * 2**27
     assert plan.value("batch_size") < BATCH_CAP
@@ -179,9 +210,10 @@ def test_user_flags_win_and_the_rest_is_planned_around_them():
 
 def test_a_flag_equal_to_its_default_still_wins_when_typed():
     # --batch-size 256 typed on the command line: the plan must not replace it with its own choice
-    plan, _ = plan_for(ONE_GPU, explicit={"batch_size"}, batch_size=256)
+    plan, _ = plan_for(ONE_GPU, explicit={"batch_size"}, batch_size=256, total_steps=LONG)
     assert plan.value("batch_size") == 256 and plan.choices["batch_size"].source == "user"
-    plan, _ = plan_for(ONE_GPU)
+    assert plan.value("utd") * 256 == REPLAY_RATIO_MIN  # the UTD is planned around it, inside the band
+    plan, _ = plan_for(ONE_GPU, total_steps=LONG)
     assert plan.value("batch_size") != 256
 
 

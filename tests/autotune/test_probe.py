@@ -49,12 +49,38 @@ def test_ring_probe_with_no_time_is_an_estimate_from_memcpy():
     assert rate.value == pytest.approx(0.5 * memcpy.value / 40)
 
 
+def test_sampler_scaling_runs_the_sampler_loop_in_several_processes_at_once():
+    from spreeze_like.autotune.sampler_scaling import measure_scaling, sampler_counts
+
+    spec = {"algo": "sac", "obs_dim": 3, "act_dim": 1, "hidden_sizes": (32, 32)}
+    lines: list[str] = []
+    curve = measure_scaling("Pendulum-v1", spec, [1, 2], [1, 4], 0.2, lines.append)
+    assert sorted(curve) == [1, 2] and all(sorted(by_k) == [1, 4] for by_k in curve.values())
+    for n, by_k in curve.items():
+        for k, rate in by_k.items():
+            # every process stepped: at least MIN_STEPS per process in 0.2 s (Pendulum runs thousands/s)
+            assert rate.unit == "steps/s" and rate.value > 0 and not rate.estimate, (n, k, rate)
+            assert rate.ops % k == 0  # whole sampler steps of k envs each
+    assert len(lines) == 4 and "2 sampler process(es) x 4 env(s) each" in lines[-1]
+    assert sampler_counts(13) == [1, 2, 4, 8, 13] and sampler_counts(1) == [1] and sampler_counts(4) == [1, 2, 4]
+    # (the conftest fixture checks that no worker process is left behind)
+
+
+def test_sampler_scaling_reports_a_worker_that_fails():
+    from spreeze_like.autotune.sampler_scaling import SamplerScalingError, measure_scaling
+
+    spec = {"algo": "sac", "obs_dim": 3, "act_dim": 1, "hidden_sizes": (32, 32)}
+    with pytest.raises(SamplerScalingError, match="failed while building"):
+        measure_scaling("NoSuchEnv-v0", spec, [1], [1], 0.1)
+
+
 # --- hardware facts ---------------------------------------------------------------------------------------
 _CALLER = """
 import sys, json
 from spreeze_like.autotune.probe import probe_machine
 r = probe_machine("Pendulum-v1", budget_s=1.0, devices=["cpu"], progress=lambda s: None)
 assert r.curve("cpu", 1).points and r.env.per_sampler
+assert r.env.parallel and all(rate.value > 0 for by_k in r.env.parallel.values() for rate in by_k.values()), r.env
 print(json.dumps({"gpus": len(r.hardware.gpus), "note": r.hardware.gpu_note, "torch_in_caller": "torch" in sys.modules,
                   "cores": r.hardware.usable_cores}))
 """
@@ -111,7 +137,9 @@ def fake_probe(monkeypatch, tmp_path):
 
     def fake(env_id, algo, hidden_sizes, budget_s, devices=None, progress=print):
         calls.append(env_id)
-        return load(REAL)
+        results = load(REAL)
+        results.schema = SCHEMA_VERSION  # what a fresh probe writes (the recording itself is of schema 2)
+        return results
 
     monkeypatch.setattr(probe, "probe_machine", fake)
     return calls
