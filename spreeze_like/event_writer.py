@@ -5,8 +5,10 @@ The monitor process writes a run's scalars and texts, and the hardware profile w
 ``EventFileWriter``, but importing it imports torch: a second of CPU in a process that never
 computes with torch, spent while the learners start on the same cores. This class keeps the
 subset we use: scalars (``simple_value``, what TensorBoard's scalar dashboard reads), markdown
-texts (the text plugin's tensor format, via ``tensorboard.plugins.text.summary_v2.text_pb``) and
-``purge_step`` for resumed runs.
+texts (the text plugin's tensor format, via ``tensorboard.plugins.text.summary_v2.text_pb``), a
+custom-scalars layout (the ``custom_scalars`` plugin's ``Layout`` proto as a string tensor under
+its config tag; tensorboard's own ``custom_scalar.summary.pb`` needs TensorFlow, so it is built
+here from the same protos) and ``purge_step`` for resumed runs.
 
 Owns its event file (one per instance, created in ``log_dir`` on construction, closed by
 :meth:`close`); a crash loses at most the events still queued (flushed every ``flush_secs``).
@@ -15,11 +17,21 @@ Owns its event file (one per instance, created in ``log_dir`` on construction, c
 from __future__ import annotations
 
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from tensorboard.compat.proto.event_pb2 import Event, SessionLog
-from tensorboard.compat.proto.summary_pb2 import Summary
+from tensorboard.compat.proto.summary_pb2 import Summary, SummaryMetadata
+from tensorboard.compat.proto.tensor_pb2 import TensorProto
+from tensorboard.compat.proto.tensor_shape_pb2 import TensorShapeProto
+from tensorboard.compat.proto.types_pb2 import DT_STRING
+from tensorboard.plugins.custom_scalar import layout_pb2
+from tensorboard.plugins.custom_scalar import metadata as custom_scalars_metadata
 from tensorboard.plugins.text.summary_v2 import text_pb
+
+# {category title: {chart title: [tag regex, ...]}}: TensorBoard's custom-scalars dashboard shows
+# each category as a group of charts, each chart with every scalar whose tag matches one regex.
+ScalarsLayout = Mapping[str, Mapping[str, Sequence[str]]]
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 
 
@@ -47,6 +59,21 @@ class EventWriter:
 
     def add_text(self, tag: str, markdown: str, step: int) -> None:
         self._add(text_pb(tag, markdown), step)
+
+    def add_scalars_layout(self, layout: ScalarsLayout, step: int = 0) -> None:
+        """The custom-scalars dashboard's layout; once per run is enough (TensorBoard merges the
+        layouts of all runs it shows, category by category, dropping duplicate charts)."""
+        proto = layout_pb2.Layout(category=[
+            layout_pb2.Category(title=category, chart=[
+                layout_pb2.Chart(title=chart, multiline=layout_pb2.MultilineChartContent(tag=list(tags)))
+                for chart, tags in charts.items()
+            ])
+            for category, charts in layout.items()
+        ])
+        tensor = TensorProto(dtype=DT_STRING, string_val=[proto.SerializeToString()], tensor_shape=TensorShapeProto())
+        meta = SummaryMetadata(plugin_data=SummaryMetadata.PluginData(plugin_name=custom_scalars_metadata.PLUGIN_NAME))
+        value = Summary.Value(tag=custom_scalars_metadata.CONFIG_SUMMARY_TAG, metadata=meta, tensor=tensor)
+        self._add(Summary(value=[value]), step)
 
     def _add(self, summary: Summary, step: int) -> None:
         self._file.add_event(Event(wall_time=time.time(), step=int(step), summary=summary))

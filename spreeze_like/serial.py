@@ -118,6 +118,7 @@ class SerialTrainer:
     def run(self) -> TrainResult:
         cfg = self.config
         self.t0 = t0 = time.monotonic()
+        self.monitor.session_start = t0  # curves.csv's wall_s: the clock of TrainResult.wall_s and evals
         stopped_early = False
         learn_after = max(cfg.batch_size, cfg.learning_starts)
         steps = self.env_steps()

@@ -11,8 +11,13 @@ update whatever the TensorBoard rate. It adds the scalars only a parallel run ha
   period the critic learner spent updating / waiting for data / waiting for the actor),
   ``perf/sampler_pace_wait`` (fraction of the period the average sampler waited for the learners).
 
-It owns the run's event files: it flushes and closes them when the phase becomes ``EXIT`` (after
-the final evaluation), so nothing is lost on a normal stop or a Ctrl-C. If it is killed, the
+It owns the run's event files and ``curves.csv``: it flushes and closes them when the phase
+becomes ``EXIT`` (after the final evaluation), so nothing is lost on a normal stop or a Ctrl-C.
+Between TensorBoard writes it watches the evaluator's ``evaluations`` counter (one word of the
+stats block per nap) and records a new evaluation at once, so its ``eval`` row's wall time is late
+by a nap (0.1 s at most), not by a ``tb_interval``. ``wall_s`` in ``curves.csv`` counts from
+``args.extra["t0"]`` (the supervisor's session start, the evaluator's clock too) when the
+supervisor passes it, else from this process's start. If it is killed, the
 events since the last flush are lost and the supervisor restarts it (a new event file in the same
 folder; TensorBoard merges them). It runs at normal priority: it is light, and a starved monitor
 would leave the user without curves on a busy machine. Creates nothing shared.
@@ -71,15 +76,18 @@ def run(args: ChildArgs) -> None:
         monitor = Monitor(args.run_dir, block.snapshot, cfg.to_dict(), cfg.total_steps, start_step=args.start_step,
                           tb_interval=cfg.tb_interval, log_interval=cfg.log_interval,
                           purge_step=args.start_step + 1 if resumed and args.restarts == 0 else None,
-                          print_fn=_print)
+                          print_fn=_print, session_start=args.extra.get("t0"))
         extra = ParallelScalars([shm.ring(i, None) for i in range(cfg.samplers)])
         nap = min(0.1, max(0.02, cfg.tb_interval / 4))
+        evaluator = block.role("evaluator")
         set_state(row, RUNNING)
         try:
             while control.phase() != EXIT:
                 row.beat()
                 if monitor.poll():
                     extra.write(monitor.writer, monitor.global_step(monitor.before), monitor.before)
+                elif evaluator.get("evaluations") > monitor.evaluations_seen:
+                    monitor.poll_evals()
                 time.sleep(nap)
         finally:
             if monitor.t_last <= monitor.t0:

@@ -13,6 +13,11 @@ drops the points the previous session wrote after that checkpoint and the curve 
 
 ``start_step`` is the env step this session starts from; the samplers' ``env_steps`` counters
 count this session's steps only, so the global step is ``start_step + sum(env_steps)``.
+
+It also owns the run's learning curves, ``curves.csv`` (:mod:`spreeze_like.curves`): a ``train``
+row per write that saw episodes end (their mean and count) and an ``eval`` row per evaluation, at
+the seconds since ``session_start``; and it writes the custom-scalars layout (:data:`SCALARS_LAYOUT`)
+once per session, so TensorBoard's "Custom Scalars" tab opens with the main charts grouped.
 """
 
 from __future__ import annotations
@@ -25,9 +30,60 @@ from typing import Any
 
 import psutil
 
+from spreeze_like.curves import CurveWriter
 from spreeze_like.procs.pacing import learn_after
 
 _GiB = float(2**30)
+
+
+def _exact(*tags: str) -> list[str]:
+    return [f"^{tag}$" for tag in tags]
+
+
+# The custom-scalars dashboard: {group: {chart: [tag regex, ...]}} (tags as docs/trainer.md lists them).
+SCALARS_LAYOUT: dict[str, dict[str, list[str]]] = {
+    "Returns": {
+        "episodic return (train, eval)": _exact("charts/episodic_return", "eval/episodic_return"),
+        "episode length (train, eval)": _exact("charts/episodic_length", "eval/episodic_length"),
+    },
+    "Speed": {
+        "env steps/s (SPS since start, sample Hz per period)": _exact("charts/SPS", "perf/sample_hz"),
+        "updates/s (critic, actor)": _exact("perf/update_hz", "perf/actor_update_hz"),
+        "update frames/s": _exact("perf/update_frames_hz"),
+        "achieved UTD": _exact("perf/utd"),
+    },
+    "Losses": {
+        "critic loss": _exact("losses/qf1_loss", "losses/qf2_loss"),
+        "Q values": _exact("losses/qf1_values"),
+        "actor loss": _exact("losses/actor_loss"),
+        "alpha, alpha loss": _exact("losses/alpha", "losses/alpha_loss"),
+    },
+    "Policy lag": {
+        "policy lag (actor versions behind, samplers)": _exact("perf/policy_lag"),
+        "weight staleness (board versions)": _exact("perf/weight_staleness", "perf/actor_copy_staleness",
+                                                    "perf/critic_copy_staleness"),
+    },
+}
+# Charts only the parallel mode has data for (procs.monitor_proc.ParallelScalars).
+PARALLEL_LAYOUT: dict[str, dict[str, list[str]]] = {
+    "Pipeline": {
+        "critic learner time (busy, waiting for data, waiting for the actor)": _exact(
+            "perf/critic_busy", "perf/critic_data_wait", "perf/critic_actor_wait"),
+        "sampler pace wait": _exact("perf/sampler_pace_wait"),
+        "ring fill, ring-full waits": _exact("ipc/ring_fill", "ipc/ring_full_waits"),
+    },
+}
+
+
+def scalars_layout(parallel: bool) -> dict[str, dict[str, list[str]]]:
+    return {**SCALARS_LAYOUT, **(PARALLEL_LAYOUT if parallel else {})}
+
+
+def curves_meta(config: Mapping[str, Any]) -> dict[str, Any]:
+    """How ``curves.csv`` names one of our runs."""
+    serial = bool(config.get("serial", True))
+    return {"system": "spreeze_like", "mode": "serial" if serial else "parallel", "env": config.get("env"),
+            "algo": config.get("algo"), "seed": config.get("seed")}
 
 
 def _mean(now: Mapping[str, float], before: Mapping[str, float], key: str) -> float | None:
@@ -49,8 +105,12 @@ class Monitor:
         start_step: env step at which this session starts (0, or the resumed checkpoint's).
         tb_interval: seconds between TensorBoard writes.
         log_interval: seconds between console lines (0: none).
-        purge_step: on resume, the step from which old events are discarded.
+        purge_step: on resume, the step from which old events are discarded (and curve rows past
+            ``purge_step - 1`` dropped).
         print_fn: where the console line goes.
+        clock: monotonic seconds (tests pass a fake).
+        session_start: ``clock()`` value at which this session started, the zero of ``wall_s`` in
+            ``curves.csv`` (default: now).
     """
 
     def __init__(
@@ -65,6 +125,7 @@ class Monitor:
         purge_step: int | None = None,
         print_fn: Callable[[str], None] = print,
         clock: Callable[[], float] = time.monotonic,
+        session_start: float | None = None,
     ) -> None:
         from spreeze_like.event_writer import EventWriter
 
@@ -75,7 +136,11 @@ class Monitor:
         self.writer.add_text(
             "config", "```\n" + json.dumps(dict(config), indent=2, sort_keys=True) + "\n```", start_step
         )
+        self.writer.add_scalars_layout(scalars_layout(parallel=not config.get("serial", True)), start_step)
         self.t0 = self.t_last = self.t_console = clock()
+        self.session_start = self.t0 if session_start is None else session_start
+        self.curves = CurveWriter(run_dir, curves_meta(config), None if purge_step is None else purge_step - 1)
+        self.eval_episodes = int(config.get("eval_episodes", 1))
         self.before = self._read()
         # updates start once this session stored this many (the pacing rule, shared with serial mode)
         self.learn_after = learn_after(int(config.get("batch_size", 1)), int(config.get("learning_starts", 0)))
@@ -116,6 +181,7 @@ class Monitor:
             return (self._sum(snap, prefix, key) - self._sum(before, prefix, key)) / dt
 
         samplers = [r for r in snap if r.startswith("sampler")]
+        episodes = _pooled_count(snap, before, samplers, "episodic_return")
         for tag, key in (
             ("charts/episodic_return", "episodic_return"),
             ("charts/episodic_length", "episodic_length"),
@@ -126,6 +192,7 @@ class Monitor:
                 scalars[tag] = value
         if "charts/episodic_return" in scalars:
             self.recent_return = scalars["charts/episodic_return"]
+            self.curves.add("train", now - self.session_start, step, self.recent_return, int(episodes))
         sample_hz = rate("sampler", "env_steps")
         scalars["perf/sample_hz"] = sample_hz
         self.sample_hz_ema = sample_hz if self.sample_hz_ema is None else 0.7 * self.sample_hz_ema + 0.3 * sample_hz
@@ -140,7 +207,7 @@ class Monitor:
         scalars["hw/mem_used"] = psutil.virtual_memory().used / _GiB
         for tag, value in scalars.items():
             self.writer.add_scalar(tag, value, step)
-        self._eval_scalars(snap)
+        self._eval_scalars(snap, now)
         self.before, self.t_last = snap, now
         if self.log_interval > 0 and now - self.t_console >= self.log_interval:
             self.t_console = now
@@ -179,7 +246,16 @@ class Monitor:
         if staleness:
             scalars["perf/weight_staleness"] = max(staleness)
 
-    def _eval_scalars(self, snap: Mapping[str, Mapping[str, float]]) -> None:
+    @property
+    def evaluations_seen(self) -> float:
+        return self._evaluations
+
+    def poll_evals(self) -> None:
+        """Record a new evaluation now, between writes (the parallel monitor calls it as soon as the
+        evaluator's counter moves, so the curve's eval time is not late by up to ``tb_interval``)."""
+        self._eval_scalars(self._read(), self.clock())
+
+    def _eval_scalars(self, snap: Mapping[str, Mapping[str, float]], now: float) -> None:
         ev = snap.get("evaluator")
         if ev is None or ev.get("evaluations", 0.0) <= self._evaluations:
             return
@@ -188,6 +264,7 @@ class Monitor:
         eval_step = int(ev["eval_env_step"])
         self.writer.add_scalar("eval/episodic_return", ev["eval_return"], eval_step)
         self.writer.add_scalar("eval/episodic_length", ev["eval_length"], eval_step)
+        self.curves.add("eval", now - self.session_start, eval_step, ev["eval_return"], self.eval_episodes)
 
     def progress_line(self, step: int, scalars: Mapping[str, float]) -> str:
         parts = [f"step {step:,}/{self.total_steps:,} ({100.0 * step / max(1, self.total_steps):.0f}%)"]
@@ -211,15 +288,20 @@ class Monitor:
         if self.clock() - self.t_last >= 0.5 or self.global_step() != self.global_step(self.before):
             self.write()
         else:
-            self._eval_scalars(self._read())
+            self._eval_scalars(self._read(), self.clock())
         self.writer.flush()
         self.writer.close()
+        self.curves.close()
 
 
 def _pooled_mean(snap: Any, before: Any, roles: list[str], key: str) -> float | None:
     total = sum(snap[r].get(key + ".sum", 0.0) - before.get(r, {}).get(key + ".sum", 0.0) for r in roles)
     count = sum(snap[r].get(key + ".count", 0.0) - before.get(r, {}).get(key + ".count", 0.0) for r in roles)
     return total / count if count > 0 else None
+
+
+def _pooled_count(snap: Any, before: Any, roles: list[str], key: str) -> float:
+    return sum(snap[r].get(key + ".count", 0.0) - before.get(r, {}).get(key + ".count", 0.0) for r in roles)
 
 
 def _hms(seconds: float) -> str:
