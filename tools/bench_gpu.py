@@ -1,0 +1,195 @@
+"""The GPU proof in one command: GPU tests, learner rates vs an eager peer, dual learners, sampling.
+
+    python tools/bench_gpu.py                         # on the GPU machine: every section, JSON + table
+    python tools/bench_gpu.py --device cpu --quick    # the same code paths on the CPU in < 1 min (CI runs it)
+    python tools/bench_gpu.py --sections steps critic # some sections only
+
+Sections (each records what it ran; a section that fails records its error and the rest go on):
+
+* ``env``: device name, torch version, cores, load average before and after.
+* ``tests``: ``pytest -m gpu`` (the GPU tests: learners on CUDA, dual, resume of a GPU checkpoint on
+  the CPU and back, NaN guard, no leaks after kill -9); on the CPU they skip, and the section says so.
+* ``steps``: one critic step, eager vs our CUDA-graph runner vs ``torch.compile(reduce-overhead)``
+  (tools/gpu_rates.py) -- the measurement behind ``--learner-step auto``.
+* ``critic``: ``CriticLearner.update()`` frames/s at batch 256 ... 65536 (HalfCheetah sizes, SAC
+  256x256), with the device replay mirror, and at batch 256 without it.
+* ``peer``: the in-run peer, an eager single-process SAC written from the algorithm
+  (tools/eager_sac_peer.py), at batch 256: its critic updates/s and full SAC updates/s, and our
+  ratios to it.
+* ``dual``: SAC updates/s of the two learner processes vs one process alternating both.
+* ``sampling``: HalfCheetah-v5 env steps/s with policy inference for sampler processes x envs per
+  sampler (tools/bench_sampler.py).
+
+Learning against SB3/SBX (tools/bench_vs_sb3.py) and the autotune grid (tools/bench_autotune.py)
+take longer than this command's budget on one machine; their commands are printed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tools"))
+
+SECTIONS = ("env", "tests", "steps", "critic", "peer", "dual", "sampling")
+
+
+def _env(device: str) -> dict:
+    import torch
+
+    info = {"python": platform.python_version(), "torch": torch.__version__, "cores": os.cpu_count(),
+            "load_before": os.getloadavg(), "device": device}
+    if device.startswith("cuda"):
+        info["gpu"] = torch.cuda.get_device_name(device)
+        info["gpus"] = torch.cuda.device_count()
+    return info
+
+
+def _tests(device: str, quick: bool) -> dict:
+    if not device.startswith("cuda"):
+        return {"skipped": "no CUDA device: the GPU tests skip here (run them on a GPU machine)"}
+    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests"]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=420)
+    tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-300:]
+    failures = [ln for ln in proc.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
+    return {"returncode": proc.returncode, "summary": tail, "failures": failures[:20],
+            "seconds": time.monotonic() - t0, "command": " ".join(cmd[2:])}
+
+
+def _steps(device: str, quick: bool) -> dict:
+    from gpu_rates import step_modes
+
+    modes = ("eager", "cuda-graph", "compile") if device.startswith("cuda") else ("eager",)
+    batches = (256, 1024) if quick else (256, 4096, 65536)
+    return {str(b): step_modes(device, b, 0.3 if quick else 1.5, modes) for b in batches}
+
+
+def _critic(device: str, quick: bool) -> dict:
+    from gpu_rates import critic_update_rate, random_storage
+
+    storage = random_storage(20_000 if quick else 1_000_000)
+    seconds = 0.3 if quick else 2.0
+    batches = (256, 1024) if quick else (256, 1024, 4096, 16384, 65536)
+    out: dict[str, Any] = {}
+    for b in batches:
+        out[f"mirror/{b}"] = critic_update_rate(device, b, storage, seconds, device_replay="on")
+    out["host/256"] = critic_update_rate(device, 256, storage, seconds, device_replay="off")
+    best = max((v["frames_per_s"], k) for k, v in out.items())
+    out["best"] = {"key": best[1], "frames_per_s": best[0]}
+    return out
+
+
+def _peer(device: str, quick: bool, results: dict) -> dict:
+    from eager_sac_peer import EagerSACPeer, measure, random_batch
+    from gpu_rates import ACT_DIM, OBS_DIM
+
+    seconds = 0.3 if quick else 2.0
+    peer = EagerSACPeer(OBS_DIM, ACT_DIM, device, 256)
+    batch = random_batch(OBS_DIM, ACT_DIM, 256, device)
+    out = {"critic_updates_per_s": measure(peer.critic_update, batch, seconds, device),
+           "sac_updates_per_s": measure(peer.update, batch, seconds, device)}
+    ours = results.get("critic", {}).get("mirror/256", {}).get("updates_per_s")
+    if ours:
+        out["ours_critic_updates_per_s"] = ours
+        out["ratio_ours_over_peer_critic"] = ours / out["critic_updates_per_s"]
+    return out
+
+
+def _dual(device: str, quick: bool) -> dict:
+    from gpu_rates import dual_vs_single
+
+    return dual_vs_single(device, 256, 0.5 if quick else 3.0, rows=20_000 if quick else 200_000)
+
+
+def _sampling(device: str, quick: bool, json_dir: Path) -> dict:
+    out_json = json_dir / "bench_sampler.json"
+    cmd = [sys.executable, str(ROOT / "tools" / "bench_sampler.py"), "--json", str(out_json)]
+    if quick:
+        cmd.append("--quick")
+    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    if proc.returncode != 0:
+        return {"error": (proc.stderr or proc.stdout)[-500:], "command": " ".join(cmd[1:])}
+    return {"command": " ".join(cmd[1:]), **json.loads(out_json.read_text())}
+
+
+def _table(results: dict) -> str:
+    lines = ["section   figure                                      value"]
+
+    def row(section: str, name: str, value: Any) -> None:
+        text = f"{value:,.0f}" if isinstance(value, (int, float)) else str(value)
+        lines.append(f"{section:<9} {name:<43} {text}")
+
+    for b, modes in results.get("steps", {}).items():
+        if isinstance(modes, dict):
+            for mode, r in modes.items():
+                row("steps", f"critic step b={b} {mode} updates/s", r.get("updates_per_s", r.get("error")))
+    for key, r in results.get("critic", {}).items():
+        if key != "best" and isinstance(r, dict) and "updates_per_s" in r:
+            row("critic", f"{key} updates/s | frames/s", f"{r['updates_per_s']:,.0f} | {r['frames_per_s']:,.0f}")
+    if "best" in results.get("critic", {}):
+        row("critic", f"best frames/s ({results['critic']['best']['key']})", results["critic"]["best"]["frames_per_s"])
+    peer = results.get("peer", {})
+    for key in ("critic_updates_per_s", "sac_updates_per_s", "ratio_ours_over_peer_critic"):
+        if key in peer:
+            row("peer", key, f"{peer[key]:.2f}" if key.startswith("ratio") else peer[key])
+    dual = results.get("dual", {})
+    for key in ("dual_sac_updates_per_s", "single_sac_updates_per_s", "ratio_dual_over_single"):
+        if key in dual:
+            row("dual", key, f"{dual[key]:.2f}" if key.startswith("ratio") else dual[key])
+    tests = results.get("tests", {})
+    if tests:
+        row("tests", "pytest -m gpu", tests.get("summary", tests.get("skipped", tests.get("error"))))
+    for section, r in results.items():
+        if isinstance(r, dict) and "error" in r:
+            row(section, "error", r["error"][:200])
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default=None, help="cuda:0 (default when CUDA is available) or cpu")
+    parser.add_argument("--quick", action="store_true", help="short timings, small batches (the CI smoke)")
+    parser.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
+    parser.add_argument("--json", default="bench_gpu.json", help="where to write the figures")
+    args = parser.parse_args(argv)
+    import torch
+
+    device = args.device or ("cuda:0" if torch.cuda.is_available() else "cpu")
+    torch.set_num_threads(1)  # as every learner process runs (--torch-threads 1), ours and the peer alike
+    results: dict[str, Any] = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "command": " ".join(sys.argv)}
+    json_path = Path(args.json)
+    json_path.parent.mkdir(parents=True, exist_ok=True)
+    for section in ("env", *[s for s in SECTIONS if s in args.sections and s != "env"]):
+        t0 = time.monotonic()
+        try:
+            if section == "env":
+                results[section] = _env(device)
+            elif section == "peer":
+                results[section] = _peer(device, args.quick, results)
+            elif section == "sampling":
+                results[section] = _sampling(device, args.quick, json_path.parent)
+            else:
+                results[section] = globals()[f"_{section}"](device, args.quick)
+        except Exception as exc:  # one broken section must not hide the others' figures
+            results[section] = {"error": f"{type(exc).__name__}: {exc}"}
+        results[section]["section_s"] = time.monotonic() - t0
+        json_path.write_text(json.dumps(results, indent=1, default=str))
+        print(f"[{section}] done in {time.monotonic() - t0:.1f} s", flush=True)
+    results["env"]["load_after"] = os.getloadavg()
+    json_path.write_text(json.dumps(results, indent=1, default=str))
+    print(_table(results))
+    print(f"figures: {json_path}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
