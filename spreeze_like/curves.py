@@ -158,6 +158,8 @@ def _split(path: Path) -> tuple[dict[str, Any], list[str]]:
     try:
         text = path.read_text()
     except FileNotFoundError:
+        if not path.parent.is_dir():
+            raise ConfigError(f"{path.parent}: no such run folder") from None
         raise ConfigError(f"{path.parent}: no {CURVES_FILE} (not a run folder, or a run from before curves "
                           "were written)") from None
     except (OSError, UnicodeDecodeError) as exc:

@@ -1,0 +1,149 @@
+"""Draw the learning curves of any runs, ours or a peer's, into one PNG.
+
+    python tools/plot_runs.py RUN_DIR... -o curves.png [--window 10] [--title TEXT]
+
+Each RUN_DIR holds a ``curves.csv`` (:mod:`spreeze_like.curves`: our monitor writes it live; the
+benchmark writes the peers' in the same format). The figure has four panels: evaluation return
+against wall time and against env steps, and the training return (moving mean over the last
+``--window`` episodes) against wall time and against env steps; one line per run, labelled with
+its system and seed (one colour per system, one line style per seed). Needs matplotlib
+(``pip install -e ".[plot]"``); a missing matplotlib, a folder without ``curves.csv`` or an
+unreadable one ends with one line ``error: ...`` and exit status 2.
+
+From Python (a benchmark writing one PNG per env): ``plot_runs([read_curves(d) for d in dirs], out)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import io
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from spreeze_like.curves import Curves, read_curves
+from spreeze_like.errors import ConfigError, SpreezeError
+
+# 12 x 8 inches at 100 dpi: 1200 x 800 pixels, tens of KB for a handful of runs
+FIGSIZE = (12.0, 8.0)
+DPI = 100
+_STYLES = ("-", "--", ":", "-.")
+
+
+def _pyplot():  # -> matplotlib.pyplot
+    try:
+        import matplotlib
+    except ImportError:
+        raise ConfigError('matplotlib is not installed; install it with pip install -e ".[plot]"') from None
+    matplotlib.use("Agg")  # files only: no display needed, none opened
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _styles(runs: Sequence[Curves]) -> list[tuple[str, str]]:
+    """(colour, line style) per run: a colour per system (with its mode), a line style per seed in it."""
+    colours: dict[str, str] = {}
+    seen: dict[str, int] = {}
+    out = []
+    for run in runs:
+        system = f"{run.meta.get('system')} {run.meta.get('mode') or ''}"
+        colours.setdefault(system, f"C{len(colours) % 10}")
+        k = seen.get(system, 0)
+        seen[system] = k + 1
+        out.append((colours[system], _STYLES[k % len(_STYLES)]))
+    return out
+
+
+def default_title(runs: Sequence[Curves]) -> str:
+    envs = sorted({str(r.meta.get("env")) for r in runs if r.meta.get("env")})
+    algos = sorted({str(r.meta.get("algo")) for r in runs if r.meta.get("algo")})
+    return " / ".join(filter(None, [", ".join(envs), ", ".join(algos)])) or "learning curves"
+
+
+def plot_runs(runs: Sequence[Curves], out: str | Path, window: int = 10, title: str | None = None,
+              dpi: int = DPI) -> Path:
+    """Draw ``runs`` into the PNG ``out`` (see the module docstring); returns its path."""
+    plt = _pyplot()
+    fig, axes = plt.subplots(2, 2, figsize=FIGSIZE, dpi=dpi, sharey="row")
+    (eval_wall, eval_steps), (train_wall, train_steps) = axes
+    for run, (colour, style) in zip(runs, _styles(runs)):
+        kw = {"color": colour, "linestyle": style, "linewidth": 1.3}
+        if run.eval:
+            wall = [p.wall_s for p in run.eval]
+            steps = [p.env_steps for p in run.eval]
+            returns = [p.episode_return for p in run.eval]
+            eval_wall.plot(wall, returns, marker=".", markersize=4, label=run.label, **kw)
+            eval_steps.plot(steps, returns, marker=".", markersize=4, **kw)
+        moving = run.train_moving_mean(window)
+        if moving:
+            train_wall.plot([m[0] for m in moving], [m[2] for m in moving], label=None if run.eval else run.label,
+                            **kw)
+            train_steps.plot([m[1] for m in moving], [m[2] for m in moving], **kw)
+    eval_wall.set_title("evaluation return (deterministic policy)")
+    eval_steps.set_title("evaluation return")
+    train_wall.set_title(f"training return (mean of the last {window} episodes)")
+    train_steps.set_title("training return")
+    for ax in (eval_wall, train_wall):
+        ax.set_xlabel("wall time (s)")
+        ax.set_ylabel("episode return")
+    for ax in (eval_steps, train_steps):
+        ax.set_xlabel("env steps")
+    for ax in axes.flat:
+        ax.grid(True, alpha=0.3)
+        if not ax.lines:
+            ax.text(0.5, 0.5, "no data", transform=ax.transAxes, ha="center", va="center", color="grey")
+    handles = [h for ax in (eval_wall, train_wall) for h in ax.get_legend_handles_labels()[0]]
+    labels = [lb for ax in (eval_wall, train_wall) for lb in ax.get_legend_handles_labels()[1]]
+    if handles:
+        fig.legend(handles, labels, loc="lower center", ncol=min(4, len(labels)), fontsize=8, frameon=False)
+    fig.suptitle(title or default_title(runs))
+    rows = (len(labels) + 3) // 4
+    fig.tight_layout(rect=(0.0, min(0.25, 0.035 * rows + 0.01), 1.0, 1.0))
+    out = Path(out)
+    buffer = io.BytesIO()
+    try:
+        fig.savefig(buffer, format="png", dpi=dpi)
+    finally:
+        plt.close(fig)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        _write_small_png(buffer, out)
+    except OSError as exc:
+        raise ConfigError(f"cannot write {out}: {exc.strerror or exc}") from None
+    return out
+
+
+def _write_small_png(rendered: io.BytesIO, out: Path) -> None:
+    """A 256-colour palette PNG: a line chart has few colours, and the committed pictures stay a
+    third of the size of matplotlib's RGBA file (Pillow comes with matplotlib)."""
+    from PIL import Image
+
+    rendered.seek(0)
+    with Image.open(rendered) as image:
+        image.convert("RGB").quantize(colors=256, method=Image.Quantize.MEDIANCUT).save(out, optimize=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description="Draw evaluation and training return against wall time and "
+                                                 "env steps for run folders holding a curves.csv.")
+    parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders (ours or a peer's)")
+    parser.add_argument("-o", "--output", required=True, help="the PNG to write")
+    parser.add_argument("--window", type=int, default=10, help="training episodes in the moving mean (default 10)")
+    parser.add_argument("--title", default=None, help="figure title (default: the runs' envs and algorithms)")
+    args = parser.parse_args(argv)
+    try:
+        if args.window < 1:
+            raise ConfigError(f"--window {args.window}: must be >= 1")
+        runs = [read_curves(d) for d in args.run_dirs]
+        out = plot_runs(runs, args.output, window=args.window, title=args.title)
+    except SpreezeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    points = sum(len(r.train) + len(r.eval) for r in runs)
+    print(f"wrote {out} ({len(runs)} run{'s' if len(runs) != 1 else ''}, {points} points)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
