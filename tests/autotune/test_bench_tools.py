@@ -1,0 +1,131 @@
+"""tools/bench_sampler.py and tools/bench_autotune.py: their arithmetic, their flags, a tiny real sampler curve.
+
+The benchmarks themselves (minutes, a 16-core machine) are run by hand; here: the sampler curve end
+to end at its smallest size (two spawned processes), and the autotune benchmark's grid, merge and
+acceptance arithmetic on hand-made results (timings are not checked).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _tool(name: str):
+    spec = importlib.util.spec_from_file_location(name, ROOT / "tools" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# --- bench_sampler ---------------------------------------------------------------------------------------
+def test_bench_sampler_writes_the_curve(tmp_path):
+    out = tmp_path / "curve.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_sampler.py"), "--envs", "Pendulum-v1",
+                           "--procs", "1", "2", "--ks", "1", "4", "--seconds", "0.2", "--hidden-sizes", "32", "32",
+                           "--json", str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr + proc.stdout
+    data = json.loads(out.read_text())
+    points = data["envs"]["Pendulum-v1"]["points"]
+    assert {(p["processes"], p["envs_per_sampler"]) for p in points} == {(1, 1), (1, 4), (2, 1), (2, 4)}
+    for p in points:
+        assert p["steps_per_s"] > 0 and p["per_process"] == pytest.approx(p["steps_per_s"] / p["processes"])
+        assert p["steps"] % p["envs_per_sampler"] == 0
+    setup = data["envs"]["Pendulum-v1"]["autotuner_setup"]
+    assert 1 <= setup["samplers"] <= setup["max_samplers"] and setup["envs_per_sampler"] in (1, 4)
+    assert "best:" in proc.stdout and "K=4" in proc.stdout
+    assert data["usable_cores"] >= 1 and len(data["load_before"]) == 3
+
+
+@pytest.mark.parametrize("args", [["--procs", "0"], ["--seconds", "0"], ["--envs", "NoSuchEnv-v0", "--procs", "1"]])
+def test_bench_sampler_bad_input_is_one_line_and_exit_2(args):
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_sampler.py"), *args, "--ks", "1"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("error: ")
+
+
+# --- bench_autotune ---------------------------------------------------------------------------------------
+def test_grid_cells_and_their_flags():
+    bench = _tool("bench_autotune")
+    assert bench.parse_cell("13:8192:0.0156:4") == (13, 8192, 0.0156, 4)
+    assert bench.parse_cell("2:256", utd=0.5, envs=8) == (2, 256, 0.5, 8)
+    for bad in ("2", "0:256", "1:256:0", "1:2:3:4:5"):
+        with pytest.raises(ValueError):
+            bench.parse_cell(bad)
+    cells = bench.grid_cells([1, 13], [256, 8192], [1.0, 0.0156], 4)
+    assert len(cells) == 8 and (13, 8192, 0.0156, 4) in cells
+    default = bench.default_cells(13, 1)
+    ratios = {(s, b * u) for s, b, u, _ in default}
+    assert (1, 256.0) in ratios and (1, 8192.0) in ratios  # SAC's defaults; the update-frames-only plan
+    assert {(13, 256.0), (13, 128.0)} <= ratios  # large batches at R 256 and 128 with many samplers
+    assert bench.cell_flags(13, 8192, 0.0156, 4) == ["--samplers", "13", "--envs-per-sampler", "4",
+                                                     "--batch-size", "8192", "--utd", "0.0156"]
+
+
+def test_bench_autotune_bad_cell_is_one_line_and_exit_2(capsys):
+    bench = _tool("bench_autotune")
+    assert bench.main(["--cells", "1:256:-1", "--out", "/nonexistent/never-made"]) == 2
+    assert capsys.readouterr().err.startswith("error: cell")
+
+
+def test_the_return_at_the_wall_time_is_read_from_the_last_fifth():
+    bench = _tool("bench_autotune")
+    t0 = 1000.0
+    events = {"charts/episodic_return": [(t0 + t, 0, float(t)) for t in range(0, 100, 5)] + [(t0 + 200, 0, 1e9)],
+              "perf/update_frames_hz": [(t0 + 1, 0, 0.0), (t0 + 2, 0, 10.0), (t0 + 3, 0, 30.0)],
+              "charts/SPS": [(t0 + 50, 123, 1.0), (t0 + 99, 456, 1.0)]}
+    row = bench.summarise(events, t0, 100.0)
+    assert row["return"] == pytest.approx((80 + 85 + 90 + 95) / 4)  # points after the deadline are not counted
+    assert row["update_frames_hz"] == 20.0 and row["env_steps"] == 456
+
+
+def _row(ret: float, **kw) -> dict:
+    return {"return": ret, "update_frames_hz": 1.0, "env_steps": 10, "serial": False, "samplers": 1,
+            "envs_per_sampler": 1, "batch_size": 256, "utd": 1.0, "replay_ratio": 256.0, **kw}
+
+
+def _results(grid: dict, autotuned: dict | None, wall: float = 90.0) -> dict:
+    return {"wall_s": wall, "cores": 16, "rounds": 1, "load_before": [0.0, 0, 0], "load_after": [0.0, 0, 0],
+            "envs": {"HalfCheetah-v5": {"random_return": -300.0, "plan": "", "runs": {}, "grid": grid,
+                                        "autotuned": autotuned, "defaults": None}}}
+
+
+def test_the_autotuned_run_passes_at_90_percent_of_the_best_progress(capsys):
+    bench = _tool("bench_autotune")
+    grid = {"a": _row(1700.0), "b": _row(700.0), "c": {"flags": [], "error": "boom"}}
+    ok = bench.compare(_results(grid, _row(1500.0))["envs"]["HalfCheetah-v5"])
+    assert ok["best_cell"] == "a" and ok["autotuned_progress"] == pytest.approx(0.9) and ok["autotuned_pass"]
+    assert ok["progress"]["b"] == pytest.approx(0.5) and math.isnan(ok["progress"]["c"])
+    low = bench.compare(_results(grid, _row(1400.0))["envs"]["HalfCheetah-v5"])
+    assert not low["autotuned_pass"]
+    bench.report(_results(grid, _row(1400.0)))
+    assert "FAIL >= 90%" in capsys.readouterr().out
+    # no cell beat a random policy: nothing to compare, never a pass
+    worse = bench.compare(_results({"a": _row(-400.0)}, _row(-350.0))["envs"]["HalfCheetah-v5"])
+    assert not worse["autotuned_pass"] and math.isnan(worse["autotuned_progress"])
+
+
+def test_parts_of_a_grid_merge_into_one_table(tmp_path, capsys):
+    bench = _tool("bench_autotune")
+    part1 = _results({"a": _row(1700.0)}, None)
+    part2 = _results({"b": _row(700.0)}, _row(1600.0))
+    merged = bench.merge([part1, part2])
+    env = merged["envs"]["HalfCheetah-v5"]
+    assert set(env["grid"]) == {"a", "b"} and env["autotuned"]["return"] == 1600.0
+    with pytest.raises(ValueError, match="different wall times"):
+        bench.merge([part1, _results({}, None, wall=60.0)])
+    paths = []
+    for i, part in enumerate((part1, part2)):
+        paths.append(tmp_path / f"part{i}.json")
+        paths[-1].write_text(json.dumps(part))
+    assert bench.main(["--report", *map(str, paths)]) == 0
+    assert "merged from 2 parts" in capsys.readouterr().out
