@@ -1,4 +1,5 @@
-"""The torch-free event writer: TensorBoard reads its scalars and texts, and a purge hides redone steps."""
+"""The torch-free event writer: TensorBoard reads its scalars, texts and custom-scalars layout, and a purge
+hides redone steps."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import time
 from pathlib import Path
 
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+from tensorboard.plugins.custom_scalar import layout_pb2
 
 from spreeze_like.event_writer import EventWriter
 
@@ -48,3 +50,17 @@ def test_no_torch_import() -> None:
     code = "import sys\nimport spreeze_like.event_writer\nprint('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_custom_scalars_layout_is_read_back(tmp_path: Path) -> None:
+    writer = EventWriter(tmp_path)
+    writer.add_scalars_layout({"Returns": {"return": ["^charts/episodic_return$", "^eval/episodic_return$"]},
+                               "Losses": {"critic": ["^losses/qf1_loss$"]}})
+    writer.close()
+    acc = read(tmp_path)
+    assert acc.PluginTagToContent("custom_scalars") == {"custom_scalars__config__": b""}
+    layout = layout_pb2.Layout.FromString(acc.Tensors("custom_scalars__config__")[0].tensor_proto.string_val[0])
+    assert [(c.title, [(ch.title, list(ch.multiline.tag)) for ch in c.chart]) for c in layout.category] == [
+        ("Returns", [("return", ["^charts/episodic_return$", "^eval/episodic_return$"])]),
+        ("Losses", [("critic", ["^losses/qf1_loss$"])]),
+    ]

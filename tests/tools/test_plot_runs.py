@@ -1,0 +1,101 @@
+"""tools/plot_runs.py draws a PNG from real run folders (two tiny serial runs) and a peer's curves.csv;
+bad input is one error line and exit 2. The curves.csv the runs wrote holds train and eval rows."""
+
+from __future__ import annotations
+
+import dataclasses
+import struct
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from spreeze_like.config import TrainConfig
+from spreeze_like.curves import CurvePoint, read_curves, write_curves
+from spreeze_like.training import TrainResult, train
+
+ROOT = Path(__file__).resolve().parents[2]
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+BLUE, ORANGE = (31, 119, 180), (255, 127, 14)  # matplotlib's C0 and C1: one colour per system
+
+
+def _plot(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "tools" / "plot_runs.py"), *args],
+                          capture_output=True, text=True, timeout=120, check=False)
+
+
+@pytest.fixture(scope="module")
+def two_runs(tmp_path_factory) -> list[TrainResult]:
+    """Two tiny serial SAC runs (seeds 1 and 2) on a 5-step env: a few seconds in all."""
+    logdir = tmp_path_factory.mktemp("runs")
+    base = dataclasses.replace(
+        TrainConfig(), env="trainer.tiny_envs:TinyWalk-v0", logdir=str(logdir), serial=True, hidden_sizes=(16, 16),
+        batch_size=16, learning_starts=50, total_steps=200, eval_every=50, eval_episodes=2, log_interval=0,
+        tb_interval=0, checkpoint_every=0)
+    return [train(dataclasses.replace(base, seed=seed), print_fn=lambda line: None) for seed in (1, 2)]
+
+
+def test_a_run_folder_has_curves_with_train_and_eval_rows(two_runs):
+    for result in two_runs:
+        curves = read_curves(result.run_dir)
+        assert curves.meta["system"] == "spreeze_like" and curves.meta["seed"] in (1, 2)
+        assert len(curves.train) >= 2 and all(p.episodes >= 1 for p in curves.train)
+        steps = [p.env_steps for p in curves.train]
+        assert steps == sorted(steps) and steps[-1] == result.env_steps == 200
+        # one eval row per evaluation, at its step, with its mean, and after the run's clock saw it end
+        assert [(p.env_steps, p.episode_return) for p in curves.eval] == [
+            (step, pytest.approx(ret)) for step, ret, _ in result.evals]
+        for point, (_, _, wall) in zip(curves.eval, result.evals):
+            assert wall - 1e-3 <= point.wall_s <= result.wall_s + 1e-3
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_SIGNATURE and data[12:16] == b"IHDR"
+    return struct.unpack(">II", data[16:24])
+
+
+def _pixels_near(path: Path, rgb: tuple[int, int, int], tolerance: int = 30) -> int:
+    from PIL import Image
+
+    with Image.open(path) as image:
+        pixels = np.asarray(image.convert("RGB"), dtype=np.int16)
+    return int((np.abs(pixels - np.array(rgb, dtype=np.int16)) <= tolerance).all(axis=-1).sum())
+
+
+def test_renders_a_png_from_two_tiny_runs(two_runs, tmp_path):
+    pytest.importorskip("matplotlib", reason="tools/plot_runs.py needs matplotlib (the [plot] or [test] extra)")
+    out = tmp_path / "curves.png"
+    done = _plot(*(str(r.run_dir) for r in two_runs), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert f"wrote {out} (2 runs" in done.stdout
+    assert out.stat().st_size > 10_000
+    assert _png_size(out) == (1200, 800)
+    assert _pixels_near(out, BLUE) > 500  # the runs' lines were drawn (ours: C0)
+
+
+def test_ours_beside_a_peer(two_runs, tmp_path):
+    pytest.importorskip("matplotlib", reason="tools/plot_runs.py needs matplotlib (the [plot] or [test] extra)")
+    peer = tmp_path / "sb3-seed-1"
+    write_curves(peer, {"system": "sb3", "env": "TinyWalk-v0", "algo": "sac", "seed": 1},
+                 [CurvePoint("train", 0.1 * i, 5 * i, float(i)) for i in range(1, 41)]
+                 + [CurvePoint("eval", 1.0 * i, 50 * i, float(i), 2) for i in range(1, 5)])
+    out = tmp_path / "both.png"
+    done = _plot(str(two_runs[0].run_dir), str(peer), "-o", str(out), "--title", "ours and a peer")
+    assert done.returncode == 0, done.stderr
+    assert _pixels_near(out, BLUE) > 500 and _pixels_near(out, ORANGE) > 500  # a colour per system
+
+
+@pytest.mark.parametrize("case", ["missing", "no_curves", "garbage"])
+def test_bad_input_is_one_error_line(tmp_path, case):
+    folder = tmp_path / "run"
+    if case != "missing":
+        folder.mkdir()
+    if case == "garbage":
+        (folder / "curves.csv").write_text("not,a,curves,file\n")
+    done = _plot(str(folder), "-o", str(tmp_path / "x.png"))
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
+    assert not (tmp_path / "x.png").exists()
