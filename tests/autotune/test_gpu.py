@@ -6,10 +6,13 @@ and 2-GPU fixtures in test_plan.py for the planning rules).
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from spreeze_like.autotune.plan import make_plan
+from spreeze_like.autotune.replay_ratio import in_band
 from spreeze_like.autotune.results import ProbeResults
 from spreeze_like.config import TrainConfig
 
@@ -34,3 +37,9 @@ def test_profile_measures_the_gpu_and_the_plan_uses_it(tmp_path):
     assert plan.value("critic_device") == "cuda:0" and plan.value("actor_device") == "cuda:0"
     point = gpu_curve.point(plan.value("batch_size"))
     assert point is not None and point.peak_memory <= 0.8 * results.hardware.gpus[0].total_memory
+    # a run bounded by wall time: the replay-ratio rule, from this machine's measured sampler curve
+    assert results.env.parallel, results.env.parallel_note
+    long = make_plan(results, dataclasses.replace(TrainConfig(), total_steps=10_000_000), (), parallel_available=True)
+    assert long.value("critic_device") == "cuda:0"
+    assert in_band(long.value("batch_size") * long.value("utd"))
+    assert long.predicted["sample_hz"] <= long.predicted["sampler_capacity_hz"] * 1.001
