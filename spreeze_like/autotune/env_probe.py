@@ -73,7 +73,10 @@ def sampler_rate(env_id: str, spec: AlgoSpec, n_envs: int, budget_s: float) -> R
     stats = LocalStatsBlock(stats_schema(1)).role("sampler-0")
     sampler = SamplerWorker(env_id, spec, 0, n_envs, 0, _DropSink(), board, stats)
     try:
-        return time_rate(sampler.step, budget_s, "steps/s", per_call=n_envs, warmup=3, min_ops=20)
+        rate = time_rate(sampler.step, budget_s, "steps/s", per_call=n_envs, warmup=3, min_ops=20)
+        if sampler.version == 0:  # it would have timed random actions, not policy inference
+            raise RuntimeError("the probe's sampler did not load the published policy")
+        return rate
     finally:
         sampler.close()
 

@@ -79,6 +79,8 @@ def _worker_main(parent_pid: int, conn: Any, index: int, env_id: str, spec_field
                     k_built = k
                     for _ in range(max(3, 64 // k)):  # first forwards and allocations: not timed
                         sampler.step()
+                    if sampler.version == 0:  # it would be timing random actions, not policy inference
+                        raise RuntimeError("the sampler did not load the published policy")
                 conn.send(("ready", index))
             elif msg[0] == "run":
                 start, seconds = float(msg[1]), float(msg[2])
