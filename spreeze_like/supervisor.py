@@ -61,9 +61,9 @@ from spreeze_like.procs.evaluator_proc import read_results
 from spreeze_like.procs.parts import LEARNERS, CheckpointCoordinator, remove_parts
 from spreeze_like.procs.segments import OwnedSegments, RunSegments, vector_sizes
 from spreeze_like.procs.status import eval_history, trim_eval_history, write_status
+from spreeze_like.results import TrainResult
 from spreeze_like.rundir import RunContext
 from spreeze_like.seeding import derive_seed
-from spreeze_like.training import TrainResult
 
 # Seconds without a heartbeat after which a role counts as hung. Learners beat between updates and
 # evaluators between evaluations, so theirs are generous; a sampler beats every env step.
@@ -141,7 +141,7 @@ class Supervisor:
         cfg = self.config
         info = env_info(cfg.env)
         self.spec = AlgoSpec.from_config(cfg, info.obs_dim, info.act_dim)
-        self.lead = pacing.default_lead(cfg.samplers, cfg.envs_per_sampler)
+        self.lead = pacing.default_lead(cfg.samplers, cfg.envs_per_sampler, cfg.utd)
         actor_n, critic_n = vector_sizes(self.spec)
         self.plan = RunSegments.plan(self.run_id, cfg.samplers, cfg.prioritized, cfg.buffer_size, info.obs_dim,
                                      info.act_dim, pacing.ring_capacity(self.lead, cfg.envs_per_sampler),

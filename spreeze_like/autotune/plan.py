@@ -261,7 +261,7 @@ def _plan_memory(plan: Plan, probes: ProbeResults, config: Any, choose: Any, sam
     from spreeze_like.procs import pacing
 
     n_envs = int(plan.choices["envs_per_sampler"].value)
-    lead = pacing.default_lead(samplers, n_envs)
+    lead = pacing.default_lead(samplers, n_envs, float(plan.choices["utd"].value))
     ring = pacing.ring_capacity(lead, n_envs)
     ring_bytes = 0 if serial else samplers * ring * width * 4
     processes = 1 if serial else samplers + PARALLEL_LEARNERS + PARALLEL_IDLE

@@ -57,13 +57,14 @@ def data_allowance(updates: int, start: int, utd: float, lead: int) -> int:
     return start - 1 + math.ceil((updates + 1) / utd - 1e-9) + lead
 
 
-def default_lead(samplers: int, envs_per_sampler: int) -> int:
-    """Transitions the samplers may run ahead: a few steps of every env, at least 64.
+def default_lead(samplers: int, envs_per_sampler: int, utd: float = 1.0) -> int:
+    """Transitions the samplers may run ahead: a few steps of every env, and the data of a few
+    critic updates (at UTD 1/64 one update consumes 64 transitions), at least 64.
 
     Enough that a sampler never idles while learners have work, small enough that the policy that
     collected a transition is at most a handful of versions old when a learner first sees it.
     """
-    return max(64, 4 * samplers * envs_per_sampler)
+    return max(64, 4 * samplers * envs_per_sampler, math.ceil(4 / utd - 1e-9))
 
 
 def resume_gap(lead: int) -> int:

@@ -47,6 +47,13 @@ def test_ring_holds_more_than_the_lead():
     assert pacing.learn_after(256, 1000) == 1000 and pacing.learn_after(4096, 1000) == 4096
 
 
+def test_lead_covers_a_few_updates_at_a_low_utd():
+    assert pacing.default_lead(1, 1) == 64 and pacing.default_lead(4, 8) == 128
+    assert pacing.default_lead(4, 8, utd=1 / 64) == 256  # 4 updates' worth of data at 64 transitions each
+    # the samplers may then run ahead by the next update's data plus that lead
+    assert pacing.data_allowance(10, 1000, 1 / 64, 256) - pacing.data_allowance(9, 1000, 1 / 64, 256) == 64
+
+
 @pytest.mark.parametrize("samplers", [1, 3])
 def test_parallel_schema_extends_the_serial_one(samplers):
     serial, parallel = stats_schema(samplers), parallel_schema(samplers)
