@@ -145,6 +145,11 @@ def _table(results: dict) -> str:
     for key in ("dual_sac_updates_per_s", "single_sac_updates_per_s", "ratio_dual_over_single"):
         if key in dual:
             row("dual", key, f"{dual[key]:.2f}" if key.startswith("ratio") else dual[key])
+    for env, curve in results.get("sampling", {}).get("envs", {}).items():
+        best = max(curve.get("points", []), key=lambda p: p["steps_per_s"], default=None)
+        if best:
+            row("sampling", f"{env} best {best['processes']} proc x {best['envs_per_sampler']} envs steps/s",
+                best["steps_per_s"])
     tests = results.get("tests", {})
     if tests:
         row("tests", "pytest -m gpu", tests.get("summary", tests.get("skipped", tests.get("error"))))

@@ -1,0 +1,37 @@
+"""tools/bench_gpu.py --device cpu --quick: the proof script's code paths run on the CPU and write their figures.
+
+On a GPU machine the same script times CUDA graphs, the device mirror and two learner processes;
+here it must run every section the CPU can (no GPU tests: they skip), fast, and leave nothing behind.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_bench_gpu_quick_on_cpu_writes_every_section(tmp_path):
+    out = tmp_path / "bench_gpu.json"
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_gpu.py"), "--device", "cpu", "--quick",
+                           "--json", str(out)], capture_output=True, text=True, timeout=240, cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    results = json.loads(out.read_text())
+    errors = {k: v["error"] for k, v in results.items() if isinstance(v, dict) and "error" in v}
+    assert not errors, errors
+    assert results["env"]["device"] == "cpu"
+    assert "skipped" in results["tests"]  # no CUDA here: said so, not presented as passing
+    assert results["steps"]["256"]["eager"]["updates_per_s"] > 0
+    assert results["critic"]["mirror/256"]["device_replay"] == "MirrorBatches"
+    assert results["critic"]["host/256"]["device_replay"] == "HostBatches"
+    assert results["critic"]["best"]["frames_per_s"] > 0
+    assert results["peer"]["critic_updates_per_s"] > 0 and results["peer"]["ratio_ours_over_peer_critic"] > 0
+    dual = results["dual"]
+    assert dual["dual"]["critic"]["updates_per_s"] > 0 and dual["dual"]["actor"]["updates_per_s"] > 0
+    assert dual["dual"]["critic"]["copy_version"] > 1  # the critic process loaded the actor's publishes
+    points = results["sampling"]["envs"]["HalfCheetah-v5"]["points"]
+    assert points and all(p["steps_per_s"] > 0 for p in points)
+    assert "figure" in proc.stdout and "ratio_dual_over_single" in proc.stdout
