@@ -76,10 +76,13 @@ def _alone(config_dict: dict, seconds: float, warmup: int, queue: multiprocessin
     storage.add(rng.normal(size=(n, info.obs_dim)), rng.uniform(-1, 1, (n, info.act_dim)), rng.normal(size=n),
                 rng.normal(size=(n, info.obs_dim)), np.zeros(n))
     stats = LocalStatsBlock(stats_schema(1))
+    from spreeze_like.algos import make_critic_part
+
+    source = _PublishingSource(get_flat([make_critic_part(spec, "cpu").actor]))
     critic = CriticLearner(spec, config.critic_device, UniformSampler(storage, seed=0),
-                           LocalBoard(), LocalBoard(), stats.role("critic-learner"), config.batch_size,
-                           config.weight_sync_period, config.prioritized)
-    critic.source = _PublishingSource(get_flat([critic.part.actor]))
+                           source, LocalBoard(), stats.role("critic-learner"), config.batch_size,
+                           config.weight_sync_period, config.prioritized, step_mode=config.learner_step,
+                           device_replay=config.device_replay)
     for _ in range(warmup):
         critic.update()
     t0, cpu0, updates = time.perf_counter(), time.process_time(), 0
