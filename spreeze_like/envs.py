@@ -3,15 +3,23 @@
 ``make_env("Pendulum-v1")`` or ``make_env("my_pkg.envs:MyEnv-v0")`` (import ``my_pkg.envs`` first,
 so that its ``gymnasium.register`` calls run, then make ``MyEnv-v0``). Every way an env can be
 unusable for this trainer becomes one :class:`~spreeze_like.errors.EnvError` line that says what to
-do: an unknown id, a missing module or dependency, a non-Box action space (we train
-continuous-action agents only), unbounded action bounds, a non-Box observation space, an env that
-raises on reset.
+do: an unknown id (or a class name where a registered id belongs), a missing module or dependency, a
+module that fails to import for any other reason (a SyntaxError, an exception at import), a constructor
+that raises, a non-Box action space (we train continuous-action agents only), an action Box that cannot
+be rescaled (integer or boolean dtype, low == high in a dimension, bounds non-finite or beyond
+:data:`MAX_ACTION_BOUND`), a non-Box observation space, an env that raises on reset, and an observation
+from ``reset`` or ``step`` whose shape is not the declared one or whose dtype is not a real number.
 
 Actions: every agent acts in ``[-1, 1]^act_dim`` (tanh-squashed or clipped) and the env is wrapped
 in ``RescaleAction`` so the env sees its own bounds. Replay therefore stores normalised actions,
 which keeps the learning rates meaningful across envs.
 
-Observations: a Box of any shape; samplers flatten it to ``obs_dim = prod(shape)`` float32.
+Observations: a Box of any shape; samplers flatten it to ``obs_dim = prod(shape)`` float32. Every
+observation that enters a sampler or the evaluator goes through :func:`obs_vector`, which refuses one of
+another shape: numpy would otherwise broadcast a size-1 observation across the whole row and store it in
+replay. Its dtype only has to be a real number (bool, int, float): float32 is what is stored whatever the
+Box declares, so a float64 observation in a float32 Box (common in hand-written envs) loses nothing that
+its float32 twin would keep; complex, object or string observations are refused.
 
 Episodes are stepped one env at a time, never through a vector env: samplers reset an env
 themselves after ``terminated or truncated``, so the transition's ``next_obs`` is always the true
@@ -29,6 +37,16 @@ import gymnasium as gym
 import numpy as np
 
 from spreeze_like.errors import EnvError
+
+# Largest |low| or |high| of an action Box that the [-1, 1] rescaling accepts. Past it the scaling is
+# meaningless: a float32 action in [-1, 1] resolves about 2**-24 of the range, so the env sees steps of
+# ~B * 1.2e-7 (0.12 at B = 1e6, 12 at 1e8), the exploration noise alone is 0.1 * B, and at ~1.7e38 float32
+# ``high - low`` overflows to inf (NaN actions). Bounds this wide stand in for "unbounded" (gymnasium's own
+# Box envs stay within +-3); the real actuator range is what the agent needs.
+MAX_ACTION_BOUND = 1e6
+
+# numpy dtype kinds that a float32 replay row can hold: bool, signed and unsigned int, float.
+_REAL_KINDS = "biuf"
 
 
 @dataclass(frozen=True)
@@ -55,6 +73,41 @@ def _import_module(module: str, env: str) -> None:
         raise EnvError(
             f"cannot import module {module!r} for env {env!r} ({exc}); check that it is installed and on PYTHONPATH"
         ) from None
+    except Exception as exc:  # noqa: BLE001 - a SyntaxError or any exception at import is the user's module to fix
+        raise EnvError(
+            f"importing module {module!r} for env {env!r} raised {_describe(exc)}; fix the module and retry"
+        ) from None
+
+
+def _describe(exc: BaseException) -> str:
+    """``Type at file.py:line: message`` on one line (a SyntaxError's own text already names its line)."""
+    message = " ".join(str(exc).split())
+    where = ""
+    if not isinstance(exc, SyntaxError) and exc.__traceback__ is not None:
+        frame = exc.__traceback__
+        while frame.tb_next is not None:
+            frame = frame.tb_next
+        code = frame.tb_frame.f_code
+        where = f" at {code.co_filename.rsplit('/', 1)[-1]}:{frame.tb_lineno}"
+    return f"{type(exc).__name__}{where}" + (f": {message}" if message else "")
+
+
+def _unregistered_hint(module: str, env_id: str) -> str:
+    """What to do when ``module`` imported fine but registers no ``env_id`` (often a class name was passed)."""
+    mine = sorted(
+        key for key, spec in gym.registry.items()
+        if (spec.entry_point if isinstance(spec.entry_point, str) else getattr(spec.entry_point, "__module__", ""))
+        .split(":")[0] == module
+    )
+    hint = (f"module {module!r} was imported but registers no env id {env_id!r}: the part after ':' must be an id "
+            f"that the module registers with gymnasium.register")
+    listed = ", ".join(mine[:8]) + (" ..." if len(mine) > 8 else "")
+    hint += f" (it registers: {listed})" if mine else " (it registers none)"
+    target = getattr(importlib.import_module(module), env_id, None)
+    if isinstance(target, type) and issubclass(target, gym.Env):
+        hint += (f"; {env_id} is a class there: add gymnasium.register('{env_id}-v0', "
+                 f"entry_point='{module}:{env_id}') to the module and pass {module}:{env_id}-v0")
+    return hint
 
 
 def make_env(env: str, render_mode: str | None = None) -> gym.Env:
@@ -67,11 +120,16 @@ def make_env(env: str, render_mode: str | None = None) -> gym.Env:
         instance = gym.make(env_id, **kwargs)
     except gym.error.Error as exc:  # NameNotFound, VersionNotFound, NamespaceNotFound, DependencyNotInstalled
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if module and isinstance(exc, gym.error.NameNotFound):
+            typo = f" (gymnasium: {first})" if "Did you mean" in first else ""
+            raise EnvError(f"cannot make env {env!r}: {_unregistered_hint(module, env_id)}{typo}") from None
         raise EnvError(
             f"cannot make env {env!r}: {first} (for your own env pass module:EnvId, e.g. my_pkg.envs:MyEnv-v0)"
         ) from None
     except ImportError as exc:
         raise EnvError(f"cannot make env {env!r}: a dependency is missing ({exc}); install it and retry") from None
+    except Exception as exc:  # noqa: BLE001 - the env's constructor (user code) raised: say so in one line
+        raise EnvError(f"making env {env!r} raised {_describe(exc)}; fix the env or pick another") from None
     try:
         check_spaces(instance, env)
     except EnvError:
@@ -93,10 +151,29 @@ def check_spaces(env: gym.Env, name: str) -> None:
             f"spreeze_like trains continuous-action agents; {name} has a {type(act).__name__} action space "
             f"({act}); use an env with a Box action space (e.g. Pendulum-v1, HalfCheetah-v5)"
         )
+    if not np.issubdtype(act.dtype, np.floating):  # [-1, 1] rescaled onto integer bounds gives NaN/inf actions
+        raise EnvError(
+            f"{name} has an {act.dtype} action Box ({act}); spreeze_like's agents output real-valued actions, which "
+            "cannot be rescaled onto integer or boolean bounds: declare the Box with a float dtype (float32) and "
+            "round inside the env, or use an agent for discrete actions"
+        )
     if not (np.all(np.isfinite(act.low)) and np.all(np.isfinite(act.high))):
         raise EnvError(f"{name} has unbounded action bounds ({act}); wrap it so that its Box has finite low/high")
     if act.shape is None or len(act.shape) != 1:
         raise EnvError(f"{name} has a {act.shape}-shaped action Box; spreeze_like needs a 1-D action vector")
+    fixed = np.flatnonzero(act.low == act.high)
+    if fixed.size:  # the rescaling divides by high - low: NaN in that dimension
+        raise EnvError(
+            f"{name}'s action Box has low == high in dimension(s) {fixed.tolist()} ({act}); a fixed action cannot be "
+            "learned or rescaled: remove it from the action space (set it inside the env) or give it a range"
+        )
+    largest = float(max(np.max(np.abs(act.low)), np.max(np.abs(act.high))))
+    if largest > MAX_ACTION_BOUND:
+        raise EnvError(
+            f"{name}'s action Box has bounds up to {largest:.3g} in magnitude ({act}), more than {MAX_ACTION_BOUND:g}, "
+            "where rescaling [-1, 1] onto them means nothing (and float32 overflows near 1.7e38): declare the range "
+            "the actuators really have, or rescale inside the env from a [-1, 1] Box"
+        )
     obs = env.observation_space
     if not isinstance(obs, gym.spaces.Box):
         raise EnvError(
@@ -121,15 +198,32 @@ def env_info(env: str) -> EnvInfo:
 
 
 def reset_env(env: gym.Env, name: str, seed: int | None = None) -> np.ndarray:
-    """``env.reset`` as a flat float32 vector; an env that raises becomes an EnvError."""
+    """``env.reset`` as a flat float32 vector; an env that raises, or resets to an observation that does not
+    match its declared Box, becomes an EnvError."""
     try:
         obs, _ = env.reset(seed=seed)
     except Exception as exc:  # noqa: BLE001 - any failure of user env code is reported the same way
         raise EnvError(
             f"env {name!r} raised {type(exc).__name__} on reset: {exc}; fix the env or pick another"
         ) from None
-    return flat_obs(obs)
+    return obs_vector(obs, env.observation_space.shape, name, "reset")
 
 
-def flat_obs(obs: Any) -> np.ndarray:
-    return np.asarray(obs, dtype=np.float32).reshape(-1)
+def obs_vector(obs: Any, shape: tuple[int, ...], name: str, method: str) -> np.ndarray:
+    """One observation as a flat float32 vector, refused unless it has the declared ``shape`` and a real dtype.
+
+    Cheap enough for every step: one tuple comparison and one dtype-kind test per env step (the cast to
+    float32 was done before this check existed too).
+    """
+    try:
+        array = np.asarray(obs)
+    except ValueError:  # a ragged sequence
+        array = np.asarray(obs, dtype=object)
+    if array.shape != shape or array.dtype.kind not in _REAL_KINDS:
+        got = f"env {name!r} returned an observation of shape {array.shape} and dtype {array.dtype} from {method}()"
+        if array.shape != shape:
+            raise EnvError(f"{got}, but its observation_space is a Box of shape {shape}: fix the env so that the two "
+                           "agree (or wrap it, e.g. in gymnasium.wrappers.ReshapeObservation)")
+        raise EnvError(f"{got}; observations are stored as float32, so they must be real numbers (bool, int or "
+                       "float): fix the env so that it returns its observation_space's dtype")
+    return array.reshape(-1).astype(np.float32, copy=False)

@@ -8,7 +8,9 @@ forward per step. Env ``i`` starts every evaluation from the same seed, ``derive
 from new start states. Results go to the stats block (``eval_return`` etc., picked up by the
 monitor) and are returned. Owns no shared resource. It acts with a
 :class:`~spreeze_like.algos.numpy_policy.NumpyPolicy` (no torch in the evaluator's process); before
-any actor vector is published (version 0) that policy's action is 0, the middle of the action box.
+any actor vector is published (version 0) that policy's action is 0, the middle of the action box. An
+observation that does not match the env's declared Box raises :class:`~spreeze_like.errors.EnvError`
+(``envs.obs_vector``), as in the samplers.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import numpy as np
 
 from spreeze_like.algos.numpy_policy import NumpyPolicy
 from spreeze_like.algos.spec import AlgoSpec
-from spreeze_like.envs import flat_obs, make_env, reset_env
+from spreeze_like.envs import make_env, obs_vector, reset_env
 from spreeze_like.roles.ports import StatsWriter, WeightsSource
 from spreeze_like.seeding import derive_seed
 
@@ -46,6 +48,7 @@ class Evaluator:
         self.envs = [make_env(env_id) for _ in range(episodes)]
         limit = self.envs[0].spec.max_episode_steps if self.envs[0].spec is not None else None
         self.max_steps = min(limit or MAX_EVAL_STEPS, MAX_EVAL_STEPS)
+        self._obs_shape = self.envs[0].observation_space.shape
         self.policy = NumpyPolicy(spec)
         self._vec = np.zeros(self.policy.size, dtype=np.float32)
         self.history: list[EvalResult] = []
@@ -69,7 +72,7 @@ class Evaluator:
             actions = self.policy.act_deterministic(obs)
             for i in np.flatnonzero(running):
                 o, r, terminated, truncated, _ = self.envs[i].step(actions[i])
-                obs[i] = flat_obs(o)
+                obs[i] = obs_vector(o, self._obs_shape, self.env_id, "step")  # refuses a wrong shape or dtype
                 returns[i] += float(r)
                 lengths[i] += 1
                 if terminated or truncated:

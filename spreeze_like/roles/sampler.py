@@ -13,6 +13,10 @@ The rules that make the data right:
 * Each env is stepped alone and reset by hand after ``terminated or truncated``, so ``next_obs`` is
   always the true final observation (never a reset observation, no gymnasium autoreset), and the
   row keeps both flags: learners bootstrap on ``terminated`` only.
+* An observation whose shape is not the env's declared one (or whose dtype is not a real number) ends
+  the sampler with an :class:`~spreeze_like.errors.EnvError` (``envs.obs_vector``) before anything of
+  that step reaches the sink: numpy would broadcast a size-1 observation across the row. In a parallel
+  run that one line ends the run (exit status 2) instead of a loop of restarts.
 * A transition with a NaN or inf anywhere is dropped and counted; its env is reset, because an env
   that produced a NaN state cannot be trusted to continue the episode.
 * Seeds: env ``j`` of sampler ``i`` is reset first with ``derive_seed(seed, "env", global index j,
@@ -32,7 +36,7 @@ import numpy as np
 
 from spreeze_like.algos.numpy_policy import NumpyPolicy
 from spreeze_like.algos.spec import AlgoSpec
-from spreeze_like.envs import flat_obs, make_env, reset_env
+from spreeze_like.envs import make_env, obs_vector, reset_env
 from spreeze_like.roles.ports import StatsWriter, TransitionSink, WeightsSource, observe
 from spreeze_like.seeding import derive_seed
 from spreeze_like.transition import TransitionLayout, finite_rows
@@ -69,6 +73,7 @@ class SamplerWorker:
         self.sink, self.weights, self.stats = sink, weights, stats
         self.layout = TransitionLayout(spec.obs_dim, spec.act_dim)
         self.envs = [make_env(env_id) for _ in range(n_envs)]
+        self._obs_shape = self.envs[0].observation_space.shape  # every observation is checked against it
         self.policy = NumpyPolicy(spec)
         self.version = 0  # board version of the weights in self.policy; 0: none loaded yet (act randomly)
         self._vec = np.zeros(self.policy.size, dtype=np.float32)
@@ -98,7 +103,8 @@ class SamplerWorker:
         truncated = np.zeros(n, dtype=np.float32)
         for j, env in enumerate(self.envs):
             o, r, term, trunc, _ = env.step(actions[j])
-            next_obs[j], rewards[j], terminated[j], truncated[j] = flat_obs(o), r, term, trunc
+            next_obs[j] = obs_vector(o, self._obs_shape, self.env_id, "step")
+            rewards[j], terminated[j], truncated[j] = r, term, trunc
         rows = self.layout.pack(self.obs, actions, rewards, next_obs, terminated, truncated, out=self._rows)
         finite = finite_rows(rows)
         if finite.all():

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -59,3 +61,91 @@ def test_derived_seeds_are_stable_and_distinct():
     seeds = {derive_seed(s, r, i, g) for s in (1, 2) for r in ("env", "sampler") for i in (0, 1) for g in (0, 1)}
     assert len(seeds) == 16
     assert all(0 <= s < 2**31 for s in seeds)
+
+
+# --- audit finding 10: odd action Boxes are refused in one line --------------------------------------------------
+@pytest.mark.parametrize(
+    "env_id, dtype",
+    [(TINY + "TinyIntAction-v0", "int64"), (TINY + "TinyBoolAction-v0", "bool"), ("tabular/CliffWalking-v0", "int32")],
+)
+def test_finding10_integer_box_actions_are_refused(env_id, dtype):
+    """Rescaling [-1, 1] onto an integer Box gave NaN/inf actions (audit); gymnasium's own CliffWalking has one."""
+    with pytest.raises(EnvError, match=f"{dtype} action Box.*declare the Box with a float dtype") as info:
+        make_env(env_id)
+    assert "\n" not in str(info.value)
+
+
+def test_finding10_box_with_low_equal_high_is_refused():
+    with pytest.raises(EnvError, match=r"low == high in dimension\(s\) \[1\].*remove it from the action space") as info:
+        make_env(TINY + "TinyFixedDim-v0")
+    assert "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("env_id, bound", [("TinyMaxBounds-v0", "3e+38"), ("TinyHugeBounds-v0", "1e+07")])
+def test_finding10_huge_action_bounds_are_refused(env_id, bound):
+    """+-3e38 float32 bounds are finite, but high - low overflows to inf; past 1e6 the scaling means nothing."""
+    with pytest.raises(EnvError, match=re.escape(f"bounds up to {bound} in magnitude") + ".*more than 1e\\+06") as info:
+        make_env(TINY + env_id)
+    assert "\n" not in str(info.value)
+
+
+def test_finding10_bounds_at_the_limit_are_still_accepted_and_rescaled():
+    """The limit itself (+-1e6) is accepted, and [-1, 1] still maps onto it (reward = the action received)."""
+    env = make_env(TINY + "TinyWideBounds-v0")
+    env.reset(seed=0)
+    rewards = [env.step(np.array([a], np.float32))[1] for a in (-1.0, 0.0, 0.5, 1.0)]
+    assert rewards == pytest.approx([-1e6, 0.0, 5e5, 1e6])
+    env.close()
+
+
+# --- audit finding 11: an observation that does not match the declared Box is refused ---------------------------
+def test_finding11_wrong_observation_shape_from_reset_is_refused():
+    env = make_env(TINY + "TinyObsShapeReset-v0")  # declares (2,), resets to shape (3,)
+    with pytest.raises(EnvError, match=r"observation of shape \(3,\) and dtype float32 from reset\(\).*\(2,\)") as info:
+        reset_env(env, "TinyObsShapeReset-v0", seed=0)
+    assert "\n" not in str(info.value)
+    env.close()
+
+
+# --- audit finding 17: any failure of the user's env code is one line -------------------------------------------
+def _module(tmp_path, monkeypatch, name: str, source: str) -> str:
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    return name
+
+
+def test_finding17_env_module_with_a_syntax_error_is_one_line(tmp_path, monkeypatch):
+    module = _module(tmp_path, monkeypatch, "spz_syntax_error_envs", "import gymnasium\ndef broken(:\n    pass\n")
+    expected = f"importing module '{module}'.* raised SyntaxError.*line 2.*fix the module"
+    with pytest.raises(EnvError, match=expected) as info:
+        make_env(f"{module}:Broken-v0")
+    assert "\n" not in str(info.value)
+
+
+def test_finding17_env_module_raising_on_import_is_one_line(tmp_path, monkeypatch):
+    module = _module(tmp_path, monkeypatch, "spz_raising_envs", "x = 1\nraise KeyError('MUJOCO_GL')\n")
+    expected = f"importing module '{module}'.* raised KeyError at spz_raising_envs.py:2: 'MUJOCO_GL'; fix the module"
+    with pytest.raises(EnvError, match=expected) as info:
+        make_env(f"{module}:Any-v0")
+    assert "\n" not in str(info.value)
+
+
+def test_finding17_env_constructor_raising_is_one_line():
+    expected = "making env .* raised RuntimeError at tiny_envs.py:[0-9]+: simulator licence not found; fix the env"
+    with pytest.raises(EnvError, match=expected) as info:
+        make_env(TINY + "TinyCtorRaises-v0")
+    assert "\n" not in str(info.value)
+
+
+def test_finding17_class_name_instead_of_a_registered_id_says_register_it(tmp_path, monkeypatch):
+    """``module:ClassName`` with an unregistered class: the hint says the id must be *registered*, and how."""
+    source = "import gymnasium\n\nclass Odd(gymnasium.Env):\n    pass\n\n" \
+             "gymnasium.register('SpzOther-v0', entry_point='spz_class_envs:Odd')\n"
+    module = _module(tmp_path, monkeypatch, "spz_class_envs", source)
+    with pytest.raises(EnvError) as info:
+        make_env(f"{module}:Odd")
+    message = str(info.value)
+    assert "\n" not in message
+    assert "registers no env id 'Odd'" in message and "it registers: SpzOther-v0" in message
+    assert "gymnasium.register('Odd-v0', entry_point='spz_class_envs:Odd')" in message
+    assert "pass spz_class_envs:Odd-v0" in message

@@ -1,4 +1,5 @@
-"""SamplerWorker: true final observation on truncation, bootstrap flags, NaN drops, warm-up, weights."""
+"""SamplerWorker: true final observation on truncation, bootstrap flags, NaN drops, warm-up, weights; where
+observations enter (sampler and evaluator), one that does not match the declared Box is refused (audit finding 11)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,9 @@ import pytest
 from spreeze_like.algos import make_policy
 from spreeze_like.algos.base import AlgoSpec
 from spreeze_like.algos.networks import get_flat
+from spreeze_like.errors import EnvError
 from spreeze_like.metrics import stats_schema
+from spreeze_like.roles.evaluator import Evaluator
 from spreeze_like.roles.ports import LocalBoard, LocalStatsBlock
 from spreeze_like.roles.sampler import SamplerWorker, random_steps_per_sampler
 from spreeze_like.transition import TransitionLayout
@@ -108,3 +111,46 @@ def test_random_until_warmup_then_policy_with_newest_weights():
 def test_warmup_shares_add_up():
     assert random_steps_per_sampler(1000, 3) * 3 >= 1000
     assert random_steps_per_sampler(0, 4) == 0
+
+
+# --- audit finding 11 ---------------------------------------------------------------------------------------------
+def test_finding11_wrong_observation_shape_from_step_is_refused_not_broadcast():
+    """At t == 2 TinyObsShape returns shape (1,) for its (2,) Box: numpy would broadcast [2] into the row [2, 2]."""
+    worker, sink, _, stats, _ = make_sampler("TinyObsShape-v0", n_envs=2)
+    worker.step()
+    with pytest.raises(EnvError, match=r"observation of shape \(1,\) and dtype float32 from step\(\).*\(2,\)") as info:
+        worker.step()
+    assert "\n" not in str(info.value)
+    assert len(sink.rows) == 1 and stats.get("env_steps") == 2  # nothing of the bad step reached the sink
+
+
+def test_finding11_complex_observations_are_refused():
+    worker, sink, _, _, _ = make_sampler("TinyObsComplex-v0")
+    with pytest.raises(EnvError, match="dtype complex64 from step.*real numbers"):
+        worker.step()
+    assert sink.rows == []
+
+
+def test_finding11_float64_observations_in_a_float32_box_are_accepted_unchanged():
+    """Not refused, by decision: every stored observation is float32 whatever the env declares, so a float64
+    observation in a float32 Box stores exactly the rows its float32 twin (TinyWalk) stores."""
+    rows = []
+    for env in ("TinyObsFloat64-v0", "TinyWalk-v0"):
+        worker, sink, _, _, _ = make_sampler(env, n_envs=2)
+        for _ in range(7):
+            worker.step()
+        rows.append(sink.all())
+    np.testing.assert_array_equal(rows[0], rows[1])
+    assert len(rows[0]) == 14
+
+
+def test_finding11_evaluator_refuses_a_wrong_observation_shape():
+    spec = AlgoSpec(algo="sac", obs_dim=2, act_dim=1, hidden_sizes=(8,))
+    stats = LocalStatsBlock(stats_schema(1)).role("evaluator")
+    evaluator = Evaluator(TINY + "TinyObsShape-v0", spec, LocalBoard(), stats, episodes=2)
+    try:
+        with pytest.raises(EnvError, match=r"shape \(1,\) .* from step\(\)"):
+            evaluator.evaluate(0)
+        assert stats.get("evaluations") == 0
+    finally:
+        evaluator.close()

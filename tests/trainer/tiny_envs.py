@@ -18,6 +18,18 @@ Used as ``trainer.tiny_envs:TinyWalk-v0`` (the ``module:EnvId`` form; ``tests/``
   ``SPZ_TEST_RAISE_AFTER`` steps, but only while the file ``SPZ_TEST_RAISE_ONCE`` exists (the
   raising process deletes it first: one crash), or every time if ``SPZ_TEST_RAISE_ONCE`` is unset.
 
+Odd envs that must be refused with one ``error:`` line (audit findings 10, 11, 17):
+
+* ``TinyIntAction-v0`` / ``TinyBoolAction-v0``: an int64 Box(-2, 2) / a bool Box action space.
+* ``TinyFixedDim-v0``: a 2-D action Box whose second dimension has low == high == 0.
+* ``TinyMaxBounds-v0``: action bounds of +-3e38 (float32: finite, but ``high - low`` overflows);
+  ``TinyHugeBounds-v0``: +-1e7 (past the 1e6 limit); ``TinyWideBounds-v0``: +-1e6 (at the limit: accepted).
+* ``TinyObsShape-v0``: its observation from ``step`` at t >= 2 has shape (1,) instead of (2,) (numpy would
+  broadcast it into a 2-wide row); ``TinyObsShapeReset-v0``: the one from ``reset`` has shape (3,).
+* ``TinyObsComplex-v0``: observations from ``step`` are complex64 (casting drops the imaginary part).
+* ``TinyObsFloat64-v0``: declares float32 but returns float64 from reset and step (accepted: see test_envs).
+* ``TinyCtorRaises-v0``: the constructor raises RuntimeError.
+
 Every Tiny* env, when ``SPZ_TEST_ENV_MAKERS`` names a folder, leaves an empty file
 ``<process name>.<pid>`` there as it is made: a test can see which roles make envs.
 """
@@ -71,6 +83,33 @@ class TinyBadReset(TinyWalk):
         raise RuntimeError("simulator failed to start")
 
 
+class TinyOddAction(TinyWalk):
+    """TinyWalk with the action Box ``Box(low, high, dtype=dtype)``; reward = the first action entry."""
+
+    def __init__(self, low: list, high: list, dtype: str = "float32") -> None:
+        super().__init__()
+        self.action_space = gym.spaces.Box(np.array(low, dtype), np.array(high, dtype), dtype=np.dtype(dtype))
+
+
+class TinyOddObs(TinyWalk):
+    """TinyWalk whose observation from ``t >= at`` on (0: from reset) is resized to ``shape``, cast to ``dtype``."""
+
+    def __init__(self, shape: tuple[int, ...] = (2,), dtype: str = "float32", at: int = 0) -> None:
+        super().__init__()
+        self.odd_shape, self.odd_dtype, self.at = tuple(shape), np.dtype(dtype), at
+
+    def _obs(self) -> np.ndarray:
+        obs = super()._obs()
+        if self.t >= self.at:
+            return np.resize(obs, self.odd_shape).astype(self.odd_dtype)
+        return obs
+
+
+class TinyCtorRaises(TinyWalk):
+    def __init__(self) -> None:
+        raise RuntimeError("simulator licence not found")
+
+
 _steps_in_process = 0  # env steps made by every Tiny* env of this process
 
 
@@ -122,3 +161,14 @@ _register("TinyDiscrete-v0", "TinyDiscrete", max_episode_steps=5)
 _register("TinyBadReset-v0", "TinyBadReset", max_episode_steps=5)
 _register("TinyHuge-v0", "TinyHuge", max_episode_steps=5)
 _register("TinyFlaky-v0", "TinyFlaky", max_episode_steps=5)
+_register("TinyIntAction-v0", "TinyOddAction", max_episode_steps=5, kwargs={"low": [-2], "high": [2], "dtype": "int64"})
+_register("TinyBoolAction-v0", "TinyOddAction", max_episode_steps=5, kwargs={"low": [0], "high": [1], "dtype": "bool"})
+_register("TinyFixedDim-v0", "TinyOddAction", max_episode_steps=5, kwargs={"low": [-2, 0], "high": [2, 0]})
+_register("TinyMaxBounds-v0", "TinyOddAction", max_episode_steps=5, kwargs={"low": [-3e38], "high": [3e38]})
+_register("TinyHugeBounds-v0", "TinyOddAction", max_episode_steps=5, kwargs={"low": [-1e7], "high": [1e7]})
+_register("TinyWideBounds-v0", "TinyOddAction", max_episode_steps=5, kwargs={"low": [-1e6], "high": [1e6]})
+_register("TinyObsShape-v0", "TinyOddObs", max_episode_steps=5, kwargs={"shape": (1,), "at": 2})
+_register("TinyObsShapeReset-v0", "TinyOddObs", max_episode_steps=5, kwargs={"shape": (3,)})
+_register("TinyObsComplex-v0", "TinyOddObs", max_episode_steps=5, kwargs={"dtype": "complex64", "at": 1})
+_register("TinyObsFloat64-v0", "TinyOddObs", max_episode_steps=5, kwargs={"dtype": "float64"})
+_register("TinyCtorRaises-v0", "TinyCtorRaises", max_episode_steps=5)

@@ -1,0 +1,89 @@
+"""Odd envs through the real CLI (audit findings 10, 11, 17): one ``error:`` line, exit status 2, no traceback.
+
+Findings 10 and 17 are caught by the CLI's env check before a run folder exists, so serial and parallel runs
+fail the same way there (one run each is enough). Finding 11 is caught where observations enter: in serial mode
+in the CLI's own process, in parallel mode inside a sampler process, whose one-line error must end the whole
+run (exit 2) instead of a crash loop of restarts, leaving no process or segment behind.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from .helpers import TINY_ARGS, assert_nothing_left, cli_env, only_run_dir, read_status
+
+pytestmark = pytest.mark.multiproc
+
+TESTS_DIR = str(Path(__file__).resolve().parents[1])
+TINY = "trainer.tiny_envs:"
+
+
+def run_cli(*args: str, path: tuple[str, ...] = (), timeout: float = 240) -> subprocess.CompletedProcess:
+    """The CLI with tests/ (and ``path``) on PYTHONPATH, so that ``trainer.tiny_envs`` imports in every process."""
+    pythonpath = os.pathsep.join([*path, TESTS_DIR, os.environ.get("PYTHONPATH", "")])
+    return subprocess.run([sys.executable, "-m", "spreeze_like.run", *TINY_ARGS, *args], check=False,
+                          capture_output=True, text=True, timeout=timeout, env={**cli_env(), "PYTHONPATH": pythonpath})
+
+
+def the_error_line(proc: subprocess.CompletedProcess) -> str:
+    """Exit status 2 and exactly one ``error:`` line, no traceback anywhere; returns that line."""
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(lines) == 1, proc.stderr[-3000:]
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    "env_id, fragment",
+    [
+        ("TinyIntAction-v0", "int64 action Box"),
+        ("TinyFixedDim-v0", "low == high in dimension(s) [1]"),
+        ("TinyMaxBounds-v0", "bounds up to 3e+38 in magnitude"),
+    ],
+)
+def test_finding10_odd_action_boxes_end_the_cli_with_one_line(tmp_path, env_id, fragment):
+    line = the_error_line(run_cli("--env", TINY + env_id, "--serial", "--logdir", str(tmp_path / "runs")))
+    assert fragment in line
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())  # refused before a run folder
+
+
+def test_finding11_wrong_step_observation_ends_a_serial_run_with_one_line(tmp_path):
+    proc = run_cli("--env", TINY + "TinyObsShape-v0", "--serial", "--total-steps", "400",
+                   "--logdir", str(tmp_path / "runs"))
+    line = the_error_line(proc)
+    assert "observation of shape (1,) and dtype float32 from step()" in line and "(2,)" in line
+
+
+def test_finding11_wrong_step_observation_in_a_sampler_process_ends_the_parallel_run_with_one_line(tmp_path):
+    """The sampler process reports the env's bad observation as a user error: no restart, the run ends (exit 2).
+
+    Before the fix, numpy broadcast the (1,) observation into the (2,)-wide replay row and the run finished."""
+    proc = run_cli("--env", TINY + "TinyObsShape-v0", "--total-steps", "2000", "--max-restarts", "5",
+                   "--logdir", str(tmp_path / "runs"))
+    line = the_error_line(proc)
+    assert "observation of shape (1,) and dtype float32 from step()" in line
+    assert "restarting it" not in proc.stdout
+    run_dir = only_run_dir(tmp_path / "runs")
+    status = read_status(run_dir)
+    assert status["state"] == "failed"
+    assert all(role["restarts"] == 0 for role in status["roles"].values()), status["roles"]
+    assert_nothing_left(run_dir)
+
+
+def test_finding17_env_module_with_a_syntax_error_ends_the_cli_with_one_line(tmp_path):
+    (tmp_path / "spz_broken_envs.py").write_text("import gymnasium\n\ndef broken(:\n    pass\n")
+    line = the_error_line(run_cli("--env", "spz_broken_envs:Broken-v0", "--logdir", str(tmp_path / "runs"),
+                                  path=(str(tmp_path),)))
+    assert "importing module 'spz_broken_envs'" in line and "SyntaxError" in line and "line 3" in line
+
+
+def test_finding17_env_constructor_raising_ends_the_cli_with_one_line(tmp_path):
+    line = the_error_line(run_cli("--env", TINY + "TinyCtorRaises-v0", "--logdir", str(tmp_path / "runs")))
+    assert "making env 'trainer.tiny_envs:TinyCtorRaises-v0' raised RuntimeError at tiny_envs.py:" in line
+    assert line.endswith("simulator licence not found; fix the env or pick another")
