@@ -39,10 +39,11 @@ import numpy as np
 from spreeze_like.errors import EnvError
 
 # Largest |low| or |high| of an action Box that the [-1, 1] rescaling accepts. Past it the scaling is
-# meaningless: a float32 action in [-1, 1] resolves about 2**-24 of the range, so the env sees steps of
-# ~B * 1.2e-7 (0.12 at B = 1e6, 12 at 1e8), the exploration noise alone is 0.1 * B, and at ~1.7e38 float32
-# ``high - low`` overflows to inf (NaN actions). Bounds this wide stand in for "unbounded" (gymnasium's own
-# Box envs stay within +-3); the real actuator range is what the agent needs.
+# meaningless: the float32 actions the agent can output land on the env's range in steps of about
+# B * 2**-24 (measured through RescaleAction on a float32 Box: 0.03-0.06 at B = 1e6, 0.5-1 at 1e7), the
+# exploration noise alone is 0.1 * B, and at B = 3e38 the rounding is so coarse that action 0 arrives as
+# 1.8e31. Bounds this wide stand in for "unbounded" (gymnasium's own Box envs stay within +-3); the agent
+# needs the real actuator range. docs/reliability.md, "Odd envs", has the measurement.
 MAX_ACTION_BOUND = 1e6
 
 # numpy dtype kinds that a float32 replay row can hold: bool, signed and unsigned int, float.
@@ -171,8 +172,8 @@ def check_spaces(env: gym.Env, name: str) -> None:
     if largest > MAX_ACTION_BOUND:
         raise EnvError(
             f"{name}'s action Box has bounds up to {largest:.3g} in magnitude ({act}), more than {MAX_ACTION_BOUND:g}, "
-            "where rescaling [-1, 1] onto them means nothing (and float32 overflows near 1.7e38): declare the range "
-            "the actuators really have, or rescale inside the env from a [-1, 1] Box"
+            "where rescaling [-1, 1] onto them means nothing (float32 rounding of the actions is too coarse): declare "
+            "the range the actuators really have, or rescale inside the env from a [-1, 1] Box"
         )
     obs = env.observation_space
     if not isinstance(obs, gym.spaces.Box):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -83,7 +84,7 @@ def test_finding10_box_with_low_equal_high_is_refused():
 
 @pytest.mark.parametrize("env_id, bound", [("TinyMaxBounds-v0", "3e+38"), ("TinyHugeBounds-v0", "1e+07")])
 def test_finding10_huge_action_bounds_are_refused(env_id, bound):
-    """+-3e38 float32 bounds are finite, but high - low overflows to inf; past 1e6 the scaling means nothing."""
+    """+-3e38 float32 bounds are finite, but the rescaled action 0 arrives as 1.8e31; past 1e6 scaling means nothing."""
     with pytest.raises(EnvError, match=re.escape(f"bounds up to {bound} in magnitude") + ".*more than 1e\\+06") as info:
         make_env(TINY + env_id)
     assert "\n" not in str(info.value)
@@ -96,6 +97,27 @@ def test_finding10_bounds_at_the_limit_are_still_accepted_and_rescaled():
     rewards = [env.step(np.array([a], np.float32))[1] for a in (-1.0, 0.0, 0.5, 1.0)]
     assert rewards == pytest.approx([-1e6, 0.0, 5e5, 1e6])
     env.close()
+
+
+def test_finding10_why_the_limit_is_1e6_rescaling_rounding_grows_with_the_bound():
+    """The measurement behind MAX_ACTION_BOUND, through gymnasium's RescaleAction on a float32 Box: neighbouring
+    float32 agent actions reach the env about B * 2**-24 apart (<= 0.0625 at 1e6, up to 1 at 1e7), and at +-3e38
+    the action 0 (the middle) arrives as ~1.8e31."""
+    from trainer.tiny_envs import TinyOddAction
+
+    def received_gaps(bound: float) -> np.ndarray:
+        unit = np.ones(1, np.float32)
+        env = gym.wrappers.RescaleAction(TinyOddAction([-bound], [bound]), -unit, unit)
+        actions = [np.float32(0.9)]
+        for _ in range(199):
+            actions.append(np.nextafter(actions[-1], np.float32(1)))
+        received = np.unique([env.action(np.array([a]))[0] for a in actions])
+        return np.diff(received)
+
+    assert received_gaps(1e6).max() <= 0.0625
+    assert received_gaps(1e7).max() >= 0.5
+    env = gym.wrappers.RescaleAction(TinyOddAction([-3e38], [3e38]), -np.ones(1, np.float32), np.ones(1, np.float32))
+    assert abs(env.action(np.zeros(1, np.float32))[0]) > 1e30
 
 
 # --- audit finding 11: an observation that does not match the declared Box is refused ---------------------------

@@ -22,7 +22,7 @@ Odd envs that must be refused with one ``error:`` line (audit findings 10, 11, 1
 
 * ``TinyIntAction-v0`` / ``TinyBoolAction-v0``: an int64 Box(-2, 2) / a bool Box action space.
 * ``TinyFixedDim-v0``: a 2-D action Box whose second dimension has low == high == 0.
-* ``TinyMaxBounds-v0``: action bounds of +-3e38 (float32: finite, but ``high - low`` overflows);
+* ``TinyMaxBounds-v0``: action bounds of +-3e38 (finite, but rescaled action 0 arrives as 1.8e31);
   ``TinyHugeBounds-v0``: +-1e7 (past the 1e6 limit); ``TinyWideBounds-v0``: +-1e6 (at the limit: accepted).
 * ``TinyObsShape-v0``: its observation from ``step`` at t >= 2 has shape (1,) instead of (2,) (numpy would
   broadcast it into a 2-wide row); ``TinyObsShapeReset-v0``: the one from ``reset`` has shape (3,).
