@@ -223,7 +223,8 @@ class CurveWriter:
             self.wall_offset = self._cut_after(resume_step)
         else:
             self.wall_offset = self._continue()
-        self._file = open(self.path, "a", buffering=1)  # line buffered: one write() per row
+        # line buffered: each row reaches the file with one write(); closed by close()
+        self._file = open(self.path, "a", buffering=1)  # noqa: SIM115
 
     def _cut_after(self, resume_step: int) -> float:
         """Rewrite the file without the rows (and session notes) past ``resume_step``; returns the offset."""

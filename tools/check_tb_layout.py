@@ -91,7 +91,7 @@ class TensorBoard:
     def __init__(self, logdir: Path, port: int, log_path: Path) -> None:
         self.base = f"http://127.0.0.1:{port}"
         self.log_path = log_path
-        self._log = open(log_path, "w")
+        self._log = open(log_path, "w")  # noqa: SIM115 - tensorboard writes it; closed by stop()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tensorboard.main", "--logdir", str(logdir), "--host", "127.0.0.1",
              "--port", str(port), "--reload_interval", "1"], stdout=self._log, stderr=subprocess.STDOUT)

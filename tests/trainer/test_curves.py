@@ -44,8 +44,10 @@ def test_a_broken_row_before_the_end_is_an_error(tmp_path):
         read_curves(tmp_path)
 
 
-@pytest.mark.parametrize("content", ["", "kind,wall_s\n", '# curves {"format": "other/9"}\n'
-                                     "kind,wall_s,env_steps,episode_return,episodes\n"])
+OTHER_FORMAT = '# curves {"format": "other/9"}\nkind,wall_s,env_steps,episode_return,episodes\n'
+
+
+@pytest.mark.parametrize("content", ["", "kind,wall_s\n", OTHER_FORMAT])
 def test_not_a_curves_file(tmp_path, content):
     (tmp_path / CURVES_FILE).write_text(content)
     with pytest.raises(ConfigError):
