@@ -42,7 +42,7 @@ from spreeze_like.checkpoint import interrupted_line, resume_hint
 from spreeze_like.config import TrainConfig
 from spreeze_like.envs import env_info
 from spreeze_like.errors import ShmError, SpreezeError
-from spreeze_like.ipc import new_run_id, sweep_dead_segments
+from spreeze_like.ipc import new_run_id, sweep_shm
 from spreeze_like.procs import pacing
 from spreeze_like.procs.children import RESTART_WINDOW_S, RoleProcess, StopSignals, describe_exit
 from spreeze_like.procs.control import (
@@ -113,9 +113,8 @@ class Supervisor:
     # --- the run -----------------------------------------------------------------------------------------
     def run(self) -> TrainResult:
         self.t0 = t0 = time.monotonic()
-        removed = sweep_dead_segments()
-        if removed:
-            self.say(f"[spreeze] removed {len(removed)} shared-memory segment(s) left by dead runs: {', '.join(removed)}")
+        for line in sweep_shm().report_lines():  # leftovers removed; others' entries left alone, and why
+            self.say(f"[spreeze] {line}")
         self.signals.install()
         try:
             self._create_segments()
@@ -174,7 +173,7 @@ class Supervisor:
         roles += [(f"sampler-{i}", "sampler_proc", True, {"quota": quotas[i], "restored": self.restored[i],
                                                              "lead": self.lead})
                   for i in range(cfg.samplers)]
-        roles += [("evaluator", "evaluator_proc", True, {"t0": self.t0}), ("monitor", "monitor_proc", True, {})]
+        roles += [("evaluator", "evaluator_proc", True, {"t0": self.t0}), ("monitor", "monitor_proc", True, {"t0": self.t0})]
         for role, module, restartable, extra in roles:
             index = int(role.split("-")[1]) if role.startswith("sampler-") else 0
             self.children[role] = RoleProcess(self.ctx, role, module, self._args_maker(role, index, extra), restartable,
