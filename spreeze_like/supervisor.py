@@ -173,7 +173,8 @@ class Supervisor:
         roles += [(f"sampler-{i}", "sampler_proc", True, {"quota": quotas[i], "restored": self.restored[i],
                                                              "lead": self.lead})
                   for i in range(cfg.samplers)]
-        roles += [("evaluator", "evaluator_proc", True, {"t0": self.t0}), ("monitor", "monitor_proc", True, {"t0": self.t0})]
+        roles += [("evaluator", "evaluator_proc", True, {"t0": self.t0}),
+                  ("monitor", "monitor_proc", True, {"t0": self.t0})]
         for role, module, restartable, extra in roles:
             index = int(role.split("-")[1]) if role.startswith("sampler-") else 0
             self.children[role] = RoleProcess(self.ctx, role, module, self._args_maker(role, index, extra), restartable,
