@@ -42,7 +42,8 @@ from spreeze_like.checkpoint import interrupted_line, resume_hint
 from spreeze_like.config import TrainConfig
 from spreeze_like.envs import env_info
 from spreeze_like.errors import ShmError, SpreezeError
-from spreeze_like.ipc import new_run_id, sweep_shm
+from spreeze_like.ipc import new_run_id
+from spreeze_like.ipc.naming import sweep_shm
 from spreeze_like.procs import pacing
 from spreeze_like.procs.children import RESTART_WINDOW_S, RoleProcess, StopSignals, describe_exit
 from spreeze_like.procs.control import (

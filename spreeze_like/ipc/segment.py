@@ -10,12 +10,15 @@ Ownership (the design's shared-memory rules):
   :meth:`Segment.unlink`; as a last resort an ``atexit`` hook unlinks whatever this process created
   and did not unlink (a normal exit or an uncaught exception).
 - **Children only attach** (:meth:`Segment.attach`) and close their mapping; they never unlink.
+- **The creator holds a lifetime lock** on the segment's file (a shared ``flock``, through one
+  close-on-exec descriptor per segment) from creation until it unlinks it; the kernel drops the
+  lock when the creator dies, whatever its PID namespace.
 - **On a crash** (SIGKILL, OOM kill) of the creator nothing runs: the segment stays in /dev/shm
-  until the next start calls :func:`~spreeze_like.ipc.naming.sweep_dead_segments`, which unlinks
-  every segment of ours whose creator pid is dead.
+  until the next start calls :func:`~spreeze_like.ipc.naming.sweep_shm`, which unlinks every
+  segment of ours whose lifetime lock is free (see :mod:`spreeze_like.ipc.naming`).
 
-The file descriptor is closed right after ``mmap``: the mapping keeps the memory alive, and no
-descriptor leaks into children. Numpy views (:meth:`Segment.ndarray`) point straight into the
+Apart from the lock descriptor, the segment's descriptor is closed right after ``mmap``: the
+mapping keeps the memory alive, and no descriptor leaks into children. Numpy views (:meth:`Segment.ndarray`) point straight into the
 mapping; :class:`ArrayLayout` packs several arrays into one segment at cache-line-aligned offsets.
 """
 
@@ -32,12 +35,13 @@ import numpy as np
 import posix_ipc
 
 from spreeze_like.errors import ShmError
-from spreeze_like.ipc.naming import SHM_DIR, parse_name
+from spreeze_like.ipc.naming import SHM_DIR, hold_lifetime_lock, parse_name, release_lifetime_lock
 
 if TYPE_CHECKING:  # typing.Self needs 3.11; annotations are never evaluated at runtime here
     from typing_extensions import Self
 
 CACHE_LINE = 64
+_CREATE_TRIES = 3  # creations lost to a concurrent sweep before giving up (one is already unheard of)
 
 # Names this process created and has not unlinked yet: unlinked at normal interpreter exit.
 _created_here: dict[str, int] = {}
@@ -94,10 +98,7 @@ class Segment:
         """
         if nbytes <= 0:
             raise ValueError(f"segment size must be > 0 bytes, got {nbytes}")
-        try:
-            shm = posix_ipc.SharedMemory(name, flags=posix_ipc.O_CREX, mode=0o600)
-        except posix_ipc.ExistentialError:
-            raise ShmError(_clash_message(name)) from None
+        shm = _create_locked(name)
         try:
             try:
                 # ftruncate alone is lazy on tmpfs (pages come at first touch, or SIGBUS if there
@@ -111,8 +112,9 @@ class Segment:
         except BaseException:
             shm.close_fd()
             _unlink_quietly(name)
+            release_lifetime_lock(name)
             raise
-        shm.close_fd()
+        shm.close_fd()  # the mapping keeps the memory; the lock descriptor (close-on-exec) stays
         _created_here[name] = os.getpid()
         return cls(name, mm, is_owner=True)
 
@@ -169,6 +171,7 @@ class Segment:
                 "close() it instead"
             )
         _unlink_quietly(self.name)
+        release_lifetime_lock(self.name)
         _created_here.pop(self.name, None)
 
     def __enter__(self) -> Self:
@@ -256,7 +259,38 @@ class ArrayLayout:
 def unlink_segment(name: str) -> bool:
     """Unlink a segment by name; False if it did not exist. For the supervisor's cleanup paths."""
     _created_here.pop(name, None)
-    return _unlink_quietly(name)
+    removed = _unlink_quietly(name)
+    release_lifetime_lock(name)
+    return removed
+
+
+def _create_locked(name: str) -> posix_ipc.SharedMemory:
+    """Create ``name`` exclusively (mode 0600) and take its lifetime lock (held until the unlink).
+
+    The lock is taken right after the exclusive create. A sweep that probed the fresh, unlocked
+    file in between has unlinked it (it unlinks only while holding the lock exclusively, which our
+    shared lock waits for): the name is free again, so create it anew.
+    """
+    for _ in range(_CREATE_TRIES):
+        try:
+            shm = posix_ipc.SharedMemory(name, flags=posix_ipc.O_CREX, mode=0o600)
+        except posix_ipc.ExistentialError:
+            raise ShmError(_clash_message(name)) from None
+        lock_fd = os.dup(shm.fd)  # os.dup makes it close-on-exec: spawned children do not hold it
+        try:
+            if hold_lifetime_lock(name, lock_fd):
+                return shm
+        except BaseException:
+            os.close(lock_fd)
+            shm.close_fd()
+            _unlink_quietly(name)
+            raise
+        os.close(lock_fd)
+        shm.close_fd()
+    raise ShmError(
+        f"shared memory segment {name} was removed {_CREATE_TRIES} times right after its creation: "
+        "another process keeps sweeping /dev/shm; stop it and start again"
+    )
 
 
 def _unlink_quietly(name: str) -> bool:
@@ -298,4 +332,5 @@ def _unlink_created_at_exit() -> None:
     for name, pid in list(_created_here.items()):
         if pid == me:  # a forked child inherits the dict but owns none of it
             _unlink_quietly(name)
+            release_lifetime_lock(name)
     _created_here.clear()

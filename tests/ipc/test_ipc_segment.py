@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import fcntl
+import mmap
 import os
 import subprocess
 import sys
@@ -147,16 +149,22 @@ def test_sweep_removes_dead_creators_only(tmp_path):
     dead_pid = int(dead.stdout)
     run = new_run_id()
     dead_names = [segment_name(run, "ring", 0, dead_pid), segment_name(run, "w-actor", 1, dead_pid)]
-    live_names = [segment_name(run, "ring", 2), segment_name(run, "ctl", 0, creator_pid=1)]  # us, and init
-    files = [n[1:] for n in dead_names + live_names] + ["sem." + dead_names[0][1:], "unrelated.file", "spz.junk"]
+    locked, mapped = segment_name(run, "ring", 2), segment_name(run, "ring", 3)  # live: ours, held or mapped
+    reused = segment_name(run, "ctl", 0, creator_pid=1)  # pid alive here (init), yet neither holds nor maps it
+    files = [n[1:] for n in [*dead_names, locked, mapped, reused]] + ["sem." + dead_names[0][1:], "unrelated.file"]
+    files.append("spz.junk")
     for f in files:
-        (tmp_path / f).write_bytes(b"x")
-    removed = sweep_dead_segments(str(tmp_path))
-    assert removed == sorted([n[1:] for n in dead_names] + ["sem." + dead_names[0][1:]])
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        [n[1:] for n in live_names] + ["unrelated.file", "spz.junk"]
-    )
-    assert unlink_run(run, shm_dir=str(tmp_path)) == [live_names[0][1:]]  # only this process's own
+        (tmp_path / f).write_bytes(b"x" * 64)
+    with open(tmp_path / locked[1:], "rb") as held, open(tmp_path / mapped[1:], "r+b") as m:
+        fcntl.flock(held.fileno(), fcntl.LOCK_SH)  # what Segment.create holds until the unlink
+        view = mmap.mmap(m.fileno(), 64)  # a creator that holds no lock, but maps its segment
+        try:
+            removed = sweep_dead_segments(str(tmp_path))
+        finally:
+            view.close()
+    assert removed == sorted([n[1:] for n in [*dead_names, reused]] + ["sem." + dead_names[0][1:]])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([locked[1:], mapped[1:], "unrelated.file", "spz.junk"])
+    assert unlink_run(run, shm_dir=str(tmp_path)) == [locked[1:], mapped[1:]]  # only this process's own
 
 
 def test_sweep_on_dev_shm_after_sigkill():

@@ -1,7 +1,12 @@
-"""tools/shm_doctor.py lists our entries and removes only those whose creator is dead."""
+"""tools/shm_doctor.py lists our entries and removes only those whose creator is dead.
+
+Other users' entries (finding 1 of the review) are tested with a second uid in
+tests/ipc/test_ipc_sweep_findings.py.
+"""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import sys
@@ -23,16 +28,18 @@ def test_lists_and_cleans_only_dead_creators(tmp_path):
     live = f"spz.abcd1234.{os.getpid()}.ring.1"
     for name in (dead, live, "unrelated.file"):
         (tmp_path / name).write_bytes(b"x" * 1024)
+    with open(tmp_path / live, "rb") as held:
+        fcntl.flock(held.fileno(), fcntl.LOCK_SH)  # its creator's lifetime lock, as Segment.create holds it
+        listing = _doctor("--shm-dir", str(tmp_path))
+        assert listing.returncode == 0, listing.stderr
+        assert dead in listing.stdout and live in listing.stdout and "unrelated" not in listing.stdout
+        assert "1 leftover entry" in listing.stdout
+        assert next(line for line in listing.stdout.splitlines() if live in line).split()[3] == "live"
 
-    listing = _doctor("--shm-dir", str(tmp_path))
-    assert listing.returncode == 0, listing.stderr
-    assert dead in listing.stdout and live in listing.stdout and "unrelated" not in listing.stdout
-    assert "1 leftover entry" in listing.stdout
-
-    cleaned = _doctor("--shm-dir", str(tmp_path), "--clean")
-    assert cleaned.returncode == 0, cleaned.stderr
-    assert "removed 1 leftover entry" in cleaned.stdout
-    assert sorted(os.listdir(tmp_path)) == sorted([live, "unrelated.file"])
+        cleaned = _doctor("--shm-dir", str(tmp_path), "--clean")
+        assert cleaned.returncode == 0, cleaned.stderr
+        assert "removed 1 leftover entry" in cleaned.stdout
+        assert sorted(os.listdir(tmp_path)) == sorted([live, "unrelated.file"])
 
 
 def test_empty_directory(tmp_path):
