@@ -1,6 +1,7 @@
 """Checkpoints: written atomically, loaded safely, refused when they belong to another run kind.
 
-Layout: ``<run_dir>/checkpoints/ckpt_<env_step, 10 digits>.pt``; the newest ``keep`` are kept.
+Layout: ``<run_dir>/checkpoints/ckpt_<env_step, at least 10 digits>.pt``; the newest ``keep`` are kept
+(ordered by the step number, not the name, so a run past 10^10 steps keeps finding its newest).
 A write goes to a temporary file in the same folder, is flushed and fsynced, renamed over the final
 name with ``os.replace`` (atomic on POSIX) and the folder is fsynced, so a crash at any moment leaves
 either the previous checkpoint set or the new one, never a torn file under a final name. Leftover
@@ -31,7 +32,7 @@ import torch
 from spreeze_like.errors import CheckpointError, NonFiniteError
 
 FORMAT_VERSION = 1
-_NAME = re.compile(r"^ckpt_(\d{10})\.pt$")
+_NAME = re.compile(r"^ckpt_(\d{10,})\.pt$")
 
 
 def checkpoint_dir(run_dir: str | Path) -> Path:
@@ -43,7 +44,8 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     folder = checkpoint_dir(run_dir)
     if not folder.is_dir():
         return []
-    return sorted(p for p in folder.iterdir() if _NAME.match(p.name))
+    found = [(int(m.group(1)), p) for p in folder.iterdir() if (m := _NAME.match(p.name))]
+    return [p for _, p in sorted(found)]
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -68,16 +70,30 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except (OSError, RuntimeError) as exc:
-        # torch's zip writer reports a failed file write as a RuntimeError; other RuntimeErrors are bugs
-        if isinstance(exc, RuntimeError) and "write" not in str(exc).lower():
+        # torch's zip writer reports a failed file write as a RuntimeError: on a full disk its message is
+        # "[enforce fail at inline_container.cc:...] . unexpected pos ..." with the OSError only as the
+        # context; a RuntimeError with no OSError behind it and no word of writing is a bug, re-raised
+        cause = _os_error_in(exc)
+        if isinstance(exc, RuntimeError) and cause is None and "write" not in str(exc).lower():
             raise
-        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc).splitlines()[0][:200]
+        why = cause.strerror if cause is not None and cause.strerror else str(exc).splitlines()[0][:200]
         raise CheckpointError(f"cannot write checkpoint {path}: {why}; free space there (or pick another --logdir), "
                               "then --resume the run from its last good checkpoint") from None
     finally:
         if tmp.exists():
             tmp.unlink()
     _fsync_dir(path.parent)
+
+
+def _os_error_in(exc: BaseException) -> OSError | None:
+    """The OSError in ``exc``'s chain (itself, its cause or its context), if any."""
+    seen: set[int] = set()
+    while exc is not None and id(exc) not in seen:
+        if isinstance(exc, OSError):
+            return exc
+        seen.add(id(exc))
+        exc = exc.__cause__ or exc.__context__  # type: ignore[assignment]
+    return None
 
 
 # Exceptions a state_dict load raises when the checkpoint's shapes or layout differ from the networks

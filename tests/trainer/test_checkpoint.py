@@ -91,3 +91,34 @@ def test_a_full_disk_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, mon
     monkeypatch.undo()
     assert load_latest(tmp_path)[0]["env_steps"] == 100  # the previous checkpoint is the newest and loads
     assert not list((tmp_path / "checkpoints").glob(".*tmp*"))  # nothing half-written left
+
+
+def test_finding02_a_really_full_disk_is_one_line_and_the_previous_checkpoint_stays(tmp_path):
+    """Audit #2: on a real ENOSPC torch's zip writer raises a RuntimeError ("unexpected pos") with the
+    OSError only as its context; that must still be the one-line CheckpointError."""
+    from fullfs import small_tmpfs  # tests/fullfs.py (tests/ is on sys.path: it has no __init__.py)
+
+    with small_tmpfs(tmp_path / "disk", 512) as disk:
+        run_dir = disk / "run"
+        small = {"roles": {"x": torch.zeros(1000)}}
+        first = save_checkpoint(run_dir, small, 100)
+        big = {"roles": {"x": torch.ones(1_000_000)}}  # 4 MB into a 512 KiB filesystem
+        with pytest.raises(CheckpointError) as info:
+            save_checkpoint(run_dir, big, 200)
+        message = str(info.value)
+        assert "\n" not in message and "cannot write checkpoint" in message and "space" in message
+        payload, path = load_latest(run_dir)
+        assert path == first and torch.equal(payload["roles"]["x"], small["roles"]["x"])
+        assert not [p for p in (run_dir / "checkpoints").iterdir() if p.name.startswith(".")]  # no temp file left
+
+
+def test_finding16_checkpoint_names_keep_working_past_1e10_steps(tmp_path):
+    """Audit #16: ``{:010d}`` writes 11 digits from 10^10 steps; the name pattern and the order must follow."""
+    payload = {"roles": {"x": torch.zeros(1)}}
+    save_checkpoint(tmp_path, payload, 9_999_999_999)
+    newest = save_checkpoint(tmp_path, payload, 10_000_000_001)
+    assert newest.name == "ckpt_10000000001.pt"
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["ckpt_9999999999.pt", "ckpt_10000000001.pt"]
+    assert load_latest(tmp_path)[1] == newest
+    save_checkpoint(tmp_path, payload, 10_000_000_002, keep=2)  # rotation drops the oldest by step, not by name
+    assert [p.name for p in list_checkpoints(tmp_path)] == ["ckpt_10000000001.pt", "ckpt_10000000002.pt"]
