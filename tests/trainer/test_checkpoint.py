@@ -122,3 +122,38 @@ def test_finding16_checkpoint_names_keep_working_past_1e10_steps(tmp_path):
     assert load_latest(tmp_path)[1] == newest
     save_checkpoint(tmp_path, payload, 10_000_000_002, keep=2)  # rotation drops the oldest by step, not by name
     assert [p.name for p in list_checkpoints(tmp_path)] == ["ckpt_10000000001.pt", "ckpt_10000000002.pt"]
+
+
+def test_finding03_checkpoints_load_weights_only_on_a_torch_without_known_loader_exploits(tmp_path):
+    """Audit #3: every torch.load in the package passes weights_only=True, the dependency floor excludes
+    torch versions whose weights_only loader is known to be exploitable (< 2.10), and a checkpoint that
+    carries code is refused in one line without running it."""
+    import ast
+    import pickle
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    floor = re.search(r'"torch>=([\d.]+)"', (root / "pyproject.toml").read_text()).group(1)
+    assert tuple(int(x) for x in floor.split(".")[:2]) >= (2, 10)
+    calls = []
+    for path in (root / "spreeze_like").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "load" and \
+                    getattr(node.func.value, "id", "") == "torch":
+                kw = {k.arg: k.value for k in node.keywords}
+                calls.append((path.name, isinstance(kw.get("weights_only"), ast.Constant) and kw["weights_only"].value))
+    assert calls and all(ok for _, ok in calls), calls
+
+    marker = tmp_path / "pwned"
+
+    class Payload:
+        def __reduce__(self):
+            return (open, (str(marker), "w"))
+
+    bad = tmp_path / "checkpoints" / "ckpt_0000000100.pt"
+    bad.parent.mkdir()
+    bad.write_bytes(pickle.dumps({"format_version": 1, "roles": Payload()}))
+    with pytest.raises(CheckpointError) as info:
+        load_latest(tmp_path)
+    assert "\n" not in str(info.value) and not marker.exists()
