@@ -101,6 +101,14 @@ def alive(pid: int) -> bool:
         return False
 
 
+def survivors(pids: list[int], timeout: float) -> list[int]:
+    """The ``pids`` still alive after waiting up to ``timeout`` s for all of them to die."""
+    deadline = time.monotonic() + timeout
+    while any(alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [p for p in pids if alive(p)]
+
+
 def run_segments(run_dir: Path) -> list[str]:
     """Entries of /dev/shm that belong to the run (named in its shm.json)."""
     names = json.loads((run_dir / "shm.json").read_text())["segments"]

@@ -4,15 +4,14 @@ from __future__ import annotations
 
 import signal
 import subprocess
-import time
 
 import pytest
 import torch
 
 from spreeze_like.checkpoint import load_latest
 
-from .helpers import (TINY_ARGS, alive, assert_nothing_left, only_run_dir, read_status, run_cli, run_segments,
-                      start_long_run)
+from .helpers import (TINY_ARGS, assert_nothing_left, only_run_dir, read_status, run_cli, run_segments,
+                      start_long_run, survivors)
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 
@@ -78,10 +77,7 @@ def test_sigkilled_gpu_run_leaves_no_process_segment_or_cuda_context(tmp_path):
     children = [r["pid"] for r in status["roles"].values()]
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)
-    deadline = time.monotonic() + 15.0
-    while any(alive(p) for p in children) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert not [p for p in children if alive(p)], "children outlived the SIGKILLed supervisor by 15 s"
+    assert not survivors(children, 15.0), "children outlived the SIGKILLed supervisor by 15 s"
     # no process of ours holds the GPU any more (nvidia-smi lists compute processes by pid)
     smi = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], capture_output=True,
                          text=True, check=False)

@@ -17,7 +17,6 @@ from spreeze_like.checkpoint import list_checkpoints, load_latest
 
 from .helpers import (
     TINY_ARGS,
-    alive,
     assert_nothing_left,
     interrupt,
     only_run_dir,
@@ -27,6 +26,7 @@ from .helpers import (
     scalars,
     start_cli,
     start_long_run,
+    survivors,
     text_tags,
     wait_status,
 )
@@ -143,10 +143,7 @@ def test_supervisor_sigkill_children_die_and_next_start_sweeps(tmp_path):
         children = [r["pid"] for r in status["roles"].values()]
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
-        deadline = time.monotonic() + 5.0
-        while any(alive(p) for p in children) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert not [p for p in children if alive(p)], "children outlived the SIGKILLed supervisor by 5 s"
+        assert not survivors(children, 5.0), "children outlived the SIGKILLed supervisor by 5 s"
     finally:
         if proc.poll() is None:
             proc.kill()
