@@ -59,6 +59,13 @@ the training and evaluation return at a fixed wall time (``--fixed-wall``, defau
 env steps/s and updates/s, the device of every run, and per peer the ratios ours/peer per seed, their
 median and the ratio of the medians. The machine load is printed before and after. ``--json FILE``
 writes ``rows`` (per run name, per seed), ``ratios`` (per peer) and ``devices`` (per run name).
+
+**Curves.** With ``--json`` or ``--curves-dir``, every run's curve is written as a ``curves.csv``
+(``spreeze_like.curves``' format; system ``ours-parallel``, ``ours-serial``, ``sb3`` or ``sbx``) in a
+folder per run, and all of them are drawn into one PNG for the env (``--png``, default
+``curves_<env>.png`` in the curves folder; ``--no-png`` skips it). Every curve, ours included, is
+built from this benchmark's own records and clock (``tools/bench_curves.py``), not from our
+monitor's file, whose clock starts after our start-up.
 """
 
 from __future__ import annotations
@@ -601,6 +608,11 @@ def main(argv: list[str] | None = None) -> dict:
                         "with 1); SBX's JAX keeps its own thread pool")
     parser.add_argument("--logdir", default=None, help="our run folders (default: a scratch folder, removed)")
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
+    parser.add_argument("--curves-dir", default=None, help="write each run's curves.csv in a folder per run "
+                        "here (default with --json: <json name>_curves/ beside it; without either: none)")
+    parser.add_argument("--png", default=None, help="the learning-curves PNG of this env (default "
+                        "<curves dir>/curves_<env>.png)")
+    parser.add_argument("--no-png", action="store_true", help="write the curves.csv files but no PNG")
     parser.add_argument("--set", nargs="*", default=[],
                         type=lambda s: (s.split("=", 1)[0], json.loads(s.split("=", 1)[1])),
                         help="extra TrainConfig fields for ours, key=json")
@@ -617,6 +629,12 @@ def main(argv: list[str] | None = None) -> dict:
     args.peers = [p for p in dict.fromkeys(args.peers) if p not in skipped]
     if args.skip_ours and not args.peers:
         raise ConfigError("nothing to run: --skip-ours and no peer left")
+    if args.curves_dir is None and args.json:
+        args.curves_dir = str(Path(args.json).with_suffix("")) + "_curves"
+    if args.png and not args.curves_dir:
+        raise ConfigError("--png needs the curves: give --curves-dir or --json")
+    if args.curves_dir and not args.no_png and importlib.util.find_spec("matplotlib") is None:
+        raise ConfigError('the curves PNG needs matplotlib: pip install -e ".[plot]", or pass --no-png')
 
     os.environ[BASE_ENV_VAR] = args.env
     tools_dir = str(Path(__file__).resolve().parent)
@@ -658,7 +676,22 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"load average after: {load_line()}")
     if args.json:
         Path(args.json).write_text(json.dumps(figures, indent=1, default=str))
+    if args.curves_dir:
+        write_curves_and_png(records, args)
     return figures
+
+
+def write_curves_and_png(records: list[RunRecord], args: argparse.Namespace) -> None:
+    from bench_curves import default_png, plot_bench, write_bench_curves
+
+    written = write_bench_curves(records, args.curves_dir, args.env, args.eval_episodes, args.window)
+    print(f"curves: {len(written.run_dirs)} runs' curves.csv under {args.curves_dir}"
+          + (f" ({written.estimated_eval_steps} evaluations' env steps estimated from the training curve)"
+             if written.estimated_eval_steps else ""))
+    if not args.no_png:
+        png = plot_bench(written.run_dirs, args.png or default_png(args.curves_dir, args.env), args.env,
+                         args.window)
+        print(f"curves PNG: {png}")
 
 
 def cli() -> None:

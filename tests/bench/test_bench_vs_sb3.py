@@ -2,7 +2,8 @@
 
 They time nothing (speed lives in the benchmark itself); they check that ours and each peer (SB3,
 SBX) run, that the shared episode recorder saw training and evaluation episodes, that the figures,
-ratios and devices come out, and that a device this machine lacks is refused with one line.
+ratios and devices come out, that every run's curves.csv and the env's PNG are written, and that a
+device this machine lacks is refused with one line.
 """
 
 from __future__ import annotations
@@ -55,6 +56,24 @@ def test_bench_vs_sb3_smallest_configuration(tmp_path: Path) -> None:
     ratio = figures["ratios"]["sb3"]["ours-serial/updates_per_s"]
     assert ratio["per_seed"][0] == pytest.approx(
         rows["ours-serial"]["1"]["updates_per_s"] / rows["sb3"]["1"]["updates_per_s"])
+    check_curves(tmp_path / "figures_curves", rows)
+
+
+def check_curves(curves_dir: Path, rows: dict) -> None:
+    """Each run's curves.csv (beside --json by default) holds the benchmark's own records, and the PNG exists."""
+    from spreeze_like.curves import read_curves
+
+    for name, per_seed in rows.items():
+        curves = read_curves(curves_dir / f"Pendulum-v1-{name}-seed1")
+        assert (curves.meta["system"], curves.meta["seed"], curves.meta["env"]) == (name, 1, "Pendulum-v1")
+        assert [p.env_steps for p in curves.train] == [200, 400, 600], name
+        assert [(p.env_steps, round(p.episode_return, 1), p.episodes) for p in curves.eval] == [
+            (s, m, 2) for _, s, m in per_seed["1"]["evals"]], name
+        # the benchmark's clock: every point inside the run's wall time, in time order
+        times = [p.wall_s for p in sorted(curves.train + curves.eval, key=lambda p: p.wall_s)]
+        assert 0 < times[0] and times[-1] <= per_seed["1"]["wall_s"] + 1e-3, name
+    png = curves_dir / "curves_Pendulum-v1.png"
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
 
 
 @needs_sbx
@@ -73,6 +92,7 @@ def test_bench_vs_sbx_smallest_configuration(tmp_path: Path) -> None:
     assert rows["sbx"]["1"]["device"] == "jax cpu (cpu)"  # JAX_PLATFORMS=cpu from --peer-device cpu
     assert figures["devices"]["sbx"] == ["jax cpu (cpu)"]
     assert figures["ratios"]["sbx"]["ours-serial/steps_per_s"]["per_seed"][0] > 0
+    check_curves(tmp_path / "figures_curves", rows)
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal of a GPU this machine does not have")
@@ -94,3 +114,10 @@ def test_sbx_on_an_absent_gpu_is_refused() -> None:
     proc = run_bench(SMALLEST + ["--skip-ours", "--peers", "sbx", "--peer-device", "cuda"], timeout=120)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1].startswith("error: --peer-device cuda: JAX runs on cpu")
+
+
+def test_a_png_without_a_curves_folder_is_refused(tmp_path: Path) -> None:
+    proc = run_bench(SMALLEST + ["--png", str(tmp_path / "c.png")], timeout=120)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stderr.strip().splitlines()[-1] == "error: --png needs the curves: give --curves-dir or --json"
+    assert "done " not in proc.stdout and not (tmp_path / "c.png").exists()
