@@ -1,17 +1,21 @@
-"""The run configuration: one typed dataclass, a help line per field, and its CLI bridge.
+"""The run configuration: one typed dataclass with a help line per field, its checks and its JSON form.
 
 Every field of :class:`TrainConfig` is a ``--kebab-case`` flag of ``python -m spreeze_like.run``
 with the field's help line (CleanRL's "a docstring per field", done with field metadata because
-tyro is not a dependency). Values are layered, later wins:
+tyro is not a dependency; :mod:`spreeze_like.flags` builds the parser). Values are layered, later wins:
 
-    dataclass defaults  <  --config FILE (JSON)  <  the resumed run's config.json  <  flags given
+    dataclass defaults  <  preset  <  --config FILE (JSON)  <  the resumed run's config.json  <  flags given
 
 The last rule is Sample Factory's: on ``--resume`` only the flags the user actually typed override
 the saved config, so ``--resume RUN --total-steps 50000`` extends a run without resetting the rest.
+:mod:`spreeze_like.flags` parses the user's layers and says where each value came from; the presets
+(``spreeze_like/presets/<algo>.toml``, per env id) are laid under them by :mod:`spreeze_like.layering`,
+which also prints the sources and has them saved beside the values in config.json.
 
 Validation raises :class:`~spreeze_like.errors.ConfigError` with one line that names the flag and
-says what is allowed. ``resolve()`` fills the ``auto`` values (devices, policy delay, actor lr) and the
-result is what ``config.json`` in the run folder records.
+says what is allowed. ``resolve()`` fills the ``auto`` values (devices, precision, policy delay, and
+an actor lr still ``auto``: the preset's) and the result is what ``config.json`` in the run folder
+records, beside the source of each value.
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ import dataclasses
 import json
 import math
 import re
-import sys
 import types
 import typing
 from dataclasses import dataclass, field
@@ -29,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from spreeze_like.errors import ConfigError
+from spreeze_like.presets import load_presets
 
 ALGOS = ("sac", "td3", "ddpg")
 
@@ -38,20 +42,23 @@ DEVICE_REPLAY = ("auto", "on", "off")  # roles/batches.py
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps)$")
 
 
-# ``--actor-lr auto``: a published tuned value for the env where there is one, else the common
-# SAC/TD3 default. Pendulum-v1: rl-baselines3-zoo's hyperparams/sac.yml sets learning_rate 1e-3
-# (one rate for every network), its ddpg.yml sets 1e-3 for Pendulum, and its td3.yml Pendulum
-# entry sets none, so SB3's TD3 default of 1e-3 applies. Our critic and alpha rates are 1e-3
-# already, so only the actor's differs. Added after the benchmark against SB3, which is given that
-# tuned value: in the deterministic serial mode it took Pendulum seeds 1-6 to training return -250
-# in 25,000 env steps instead of 26,000 (BENCHMARKS.md).
+DEFAULT_ENV_ID = "Pendulum-v1"  # the one env id in the code: what a run trains on when none is given
+# The actor learning rate ``auto`` stands for when no preset gives one (every shipped preset file has
+# one in its [default] table: spreeze_like/presets/).
 DEFAULT_ACTOR_LR = 3e-4
-TUNED_ACTOR_LR = {"Pendulum-v1": 1e-3}
+SOURCES_KEY = "sources"  # config.json's map of each field to where its value came from (layering.py)
 
 
-def auto_actor_lr(env_id: str) -> float:
-    """The actor learning rate ``auto`` stands for on ``env_id`` (a ``module:EnvId`` counts by its EnvId)."""
-    return TUNED_ACTOR_LR.get(env_id.rsplit(":", 1)[-1], DEFAULT_ACTOR_LR)
+def auto_actor_lr(env_id: str, algo: str = "sac", presets: str = "") -> float:
+    """The actor learning rate ``auto`` stands for on ``env_id``: the preset's (a ``module:EnvId``
+    counts by its EnvId; ``presets`` is a preset file to read instead of the shipped one), else 3e-4."""
+    found = load_presets(algo, presets).lookup(env_id).get("actor_lr")
+    if found is None:
+        return DEFAULT_ACTOR_LR
+    value, label = found
+    if not (math.isfinite(value) and value > 0):  # layering checks whole files; resolve() alone reads just this
+        raise ConfigError(f"{label}: actor_lr {value!r} is invalid: must be > 0")
+    return float(value)
 
 
 def _f(default: Any, help: str, **meta: Any) -> Any:
@@ -63,13 +70,17 @@ def _f(default: Any, help: str, **meta: Any) -> Any:
 
 @dataclass
 class TrainConfig:
-    """Everything a run needs. Defaults train SAC on Pendulum-v1 in a few minutes on 2 CPU cores."""
+    """Everything a run needs. Defaults train SAC on DEFAULT_ENV_ID in a few minutes on 2 CPU cores."""
 
     # --- what to train -------------------------------------------------------------------------
     env: str = _f(
-        "Pendulum-v1", "gymnasium env id, or module:EnvId to import your own registered env first", metavar="ID"
+        DEFAULT_ENV_ID, "gymnasium env id, or module:EnvId to import your own registered env first", metavar="ID"
     )
     algo: str = _f("sac", "algorithm", choices=ALGOS)
+    presets: str = _f(
+        "", "TOML file of per-env presets to read instead of the shipped spreeze_like/presets/<algo>.toml "
+        "(--list-presets shows them)", metavar="FILE"
+    )
     total_steps: int = _f(20_000, "env steps to train for (summed over all envs)")
     seed: int = _f(1, "run seed; every env, network and sampler seed is derived from it")
     # --- sampling --------------------------------------------------------------------------------
@@ -87,8 +98,8 @@ class TrainConfig:
     utd: float = _f(1.0, "update-to-data ratio: critic updates per env step collected")
     gamma: float = _f(0.99, "discount factor")
     tau: float = _f(0.005, "target network soft-update rate")
-    actor_lr: float | None = _f(None, "actor learning rate (Adam); auto = 1e-3 on Pendulum-v1 (rl-zoo's tuned value), "
-                                "else 3e-4")
+    actor_lr: float | None = _f(None, "actor learning rate (Adam); auto = the preset's for the env and algorithm "
+                                "(--list-presets), else 3e-4")
     critic_lr: float = _f(1e-3, "critic learning rate (Adam)")
     alpha_lr: float = _f(1e-3, "SAC: entropy-coefficient learning rate (Adam)")
     alpha_init: float = _f(1.0, "SAC: initial entropy coefficient (tuned automatically from there)")
@@ -155,7 +166,7 @@ class TrainConfig:
             return ConfigError(f"--{name.replace('_', '-')} {value!r} is invalid: {what}")
 
         if not isinstance(self.env, str) or not self.env.strip():
-            raise bad("env", "give a gymnasium env id such as Pendulum-v1")
+            raise bad("env", f"give a gymnasium env id such as {DEFAULT_ENV_ID}")
         if self.algo not in ALGOS:
             raise bad("algo", f"choose one of {', '.join(ALGOS)}")
         if self.precision not in PRECISIONS:
@@ -230,7 +241,7 @@ class TrainConfig:
             raise ConfigError(f"--learner-step cuda-graph needs both learners on CUDA (actor {actor_device}, critic "
                               f"{critic_device}); use --learner-step auto or eager")
         delay = self.policy_delay or (2 if self.algo == "td3" else 1)
-        actor_lr = auto_actor_lr(self.env) if self.actor_lr is None else self.actor_lr
+        actor_lr = auto_actor_lr(self.env, self.algo, self.presets) if self.actor_lr is None else self.actor_lr
         return dataclasses.replace(
             self, actor_device=actor_device, critic_device=critic_device, precision=precision, policy_delay=delay,
             actor_lr=actor_lr,
@@ -246,8 +257,9 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any], source: str = "config") -> TrainConfig:
-        """Build from a dict, rejecting unknown keys and wrongly typed values with one line."""
-        return dataclasses.replace(cls(), **_coerce_fields(cls, data, source))
+        """Build from a dict, rejecting unknown keys and wrongly typed values with one line (a run's
+        config.json loads as it is: its ``sources`` map is not a setting and is left out)."""
+        return dataclasses.replace(cls(), **coerce_fields(cls, settings_of(data), source))
 
     @classmethod
     def from_json_file(cls, path: str | Path) -> TrainConfig:
@@ -255,11 +267,11 @@ class TrainConfig:
 
 
 # --- helpers shared by JSON and argparse -------------------------------------------------------------
-def _field_types(cls: type) -> dict[str, Any]:
+def field_types(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)
 
 
-def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
+def unwrap_optional(tp: Any) -> tuple[Any, bool]:
     """``Optional[X]`` -> (X, True); anything else -> (tp, False)."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
@@ -270,7 +282,7 @@ def _unwrap_optional(tp: Any) -> tuple[Any, bool]:
 
 
 def _coerce(name: str, tp: Any, value: Any, source: str) -> Any:
-    base, optional = _unwrap_optional(tp)
+    base, optional = unwrap_optional(tp)
     if value is None and optional:
         return None
     ok = True
@@ -293,14 +305,19 @@ def _coerce(name: str, tp: Any, value: Any, source: str) -> Any:
     return value
 
 
-def _coerce_fields(cls: type, data: dict[str, Any], source: str) -> dict[str, Any]:
+def coerce_fields(cls: type, data: dict[str, Any], source: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: expected a JSON object of settings")
-    hints = _field_types(cls)
+    hints = field_types(cls)
     unknown = sorted(set(data) - set(hints))
     if unknown:
         raise ConfigError(f"{source}: unknown setting(s) {', '.join(unknown)}; see python -m spreeze_like.run --help")
     return {k: _coerce(k, hints[k], v, source) for k, v in data.items()}
+
+
+def settings_of(data: Any) -> Any:
+    """A config dict without config.json's ``sources`` map (anything else is passed through to be checked)."""
+    return {k: v for k, v in data.items() if k != SOURCES_KEY} if isinstance(data, dict) else data
 
 
 def load_json_file(path: str | Path) -> dict[str, Any]:
@@ -315,92 +332,9 @@ def load_json_file(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
 
 
-# --- dataclass -> argparse bridge ---------------------------------------------------------------------
+# --- the command line's error convention (spreeze_like.flags builds the parser) ----------------------
 class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a bad flag as one ``error: ...`` line on stderr and exits with status 2."""
 
     def error(self, message: str) -> typing.NoReturn:  # argparse's own contract
         self.exit(2, f"error: {message} (see {self.prog} --help)\n")
-
-
-def _auto_or(base: type) -> Any:
-    def parse(text: str) -> Any:
-        return None if text.lower() in ("auto", "none") else base(text)
-
-    parse.__name__ = base.__name__
-    return parse
-
-
-def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
-    """Add one ``--flag`` per dataclass field, with its help line and default.
-
-    Defaults are ``argparse.SUPPRESS`` so that the parsed namespace holds only the flags the user
-    typed; :func:`parse_cli` layers them over config files and saved configs.
-    """
-    hints = _field_types(cls)
-    for f in dataclasses.fields(cls):
-        flag = "--" + f.name.replace("_", "-")
-        base, optional = _unwrap_optional(hints[f.name])
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
-        shown = "auto" if default is None else (" ".join(map(str, default)) if isinstance(default, tuple) else default)
-        kwargs: dict[str, Any] = {
-            "help": f"{f.metadata.get('help', '')} (default: {shown})",
-            "default": argparse.SUPPRESS,
-            "dest": f.name,
-        }
-        if base is bool:
-            kwargs["action"] = argparse.BooleanOptionalAction
-        elif typing.get_origin(base) is tuple:
-            kwargs.update(nargs="+", type=int, metavar="N")
-        else:
-            kwargs["type"] = _auto_or(base) if optional else base
-            kwargs["metavar"] = f.metadata.get("metavar", {int: "N", float: "X", str: "S"}.get(base, "V"))
-            if "choices" in f.metadata:
-                kwargs["choices"] = f.metadata["choices"]
-                kwargs.pop("metavar")
-        parser.add_argument(flag, **kwargs)
-
-
-def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="python -m spreeze_like.run",
-        description="Train an off-policy actor-critic agent (SAC, TD3, DDPG) on a gymnasium env.",
-    )
-    parser.add_argument(
-        "--config",
-        metavar="FILE",
-        default=None,
-        help="JSON file of settings (keys are the field names below, e.g. total_steps)",
-    )
-    add_dataclass_arguments(parser, TrainConfig)
-    return parser
-
-
-def parse_cli(argv: list[str] | None = None) -> TrainConfig:
-    """Parse flags into a validated TrainConfig (not yet resolved).
-
-    On ``--resume RUN_DIR`` the saved ``RUN_DIR/config.json`` is the base, and only the flags typed
-    now override it.
-    """
-    return parse_cli_explicit(argv)[0]
-
-
-def parse_cli_explicit(argv: list[str] | None = None) -> tuple[TrainConfig, frozenset[str]]:
-    """:func:`parse_cli`, plus the names of the fields the user set: flags typed, ``--config`` keys and,
-    on ``--resume``, every saved setting (``--autotune`` never overrides any of them)."""
-    ns = vars(build_parser().parse_args(sys.argv[1:] if argv is None else argv))
-    config_file = ns.pop("config", None)
-    merged: dict[str, Any] = {}
-    if config_file:
-        merged.update(load_json_file(config_file))
-        _coerce_fields(TrainConfig, merged, config_file)  # reject unknown keys early, naming the file
-    resume = ns.get("resume") or merged.get("resume")
-    if resume:
-        saved_path = Path(resume) / "config.json"
-        if not saved_path.is_file():
-            raise ConfigError(f"--resume {resume}: no config.json there; give a run folder made by spreeze_like")
-        merged.update(load_json_file(saved_path))
-    explicit = frozenset(merged) | frozenset(ns)
-    merged.update(ns)
-    merged["resume"] = resume or ""
-    return TrainConfig.from_dict(merged).validate(), explicit

@@ -1,9 +1,12 @@
 """``python -m spreeze_like.run``: train from the command line.
 
 Every field of :class:`~spreeze_like.config.TrainConfig` is a flag (``--help`` lists them with
-their help lines and defaults). A bad input of any kind (flag value, env, logdir, checkpoint) ends
-with one ``error: ...`` line on stderr and exit status 2, no traceback. At the end it prints the
-final evaluation and the run folder. ``--plan-only`` prints the autotune plan and exits 0.
+their help lines and defaults). A bad input of any kind (flag value, preset file, env, logdir,
+checkpoint) ends with one ``error: ...`` line on stderr and exit status 2, no traceback. Before
+training it prints the settings that are not built-in defaults with the source of each (flag,
+resumed run, --config file, preset; :mod:`spreeze_like.layering`); at the end, the final evaluation
+and the run folder. ``--plan-only`` prints those settings and the autotune plan and exits 0;
+``--list-presets`` prints the per-env presets and exits 0.
 """
 
 from __future__ import annotations
@@ -15,18 +18,29 @@ from spreeze_like.errors import SpreezeError
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the process exit status."""
-    from spreeze_like.config import parse_cli_explicit
+    from spreeze_like.config import ALGOS
+    from spreeze_like.flags import parse_command_line
+    from spreeze_like.layering import checked_presets, lay_presets, settings_lines
+    from spreeze_like.presets import format_presets
 
     try:
-        config, explicit = parse_cli_explicit(argv)
+        line = parse_command_line(argv)
+        config = line.config
+        if line.list_presets:
+            algos = [config.algo] if "algo" in line.sources else list(ALGOS)
+            print(format_presets([checked_presets(algo, config.presets) for algo in algos]))
+            return 0
         if config.plan_only:
             from spreeze_like.autotune.apply import autotune
 
-            autotune(config, explicit)
+            config, sources = lay_presets(config, line.sources)
+            for text in settings_lines(config, sources):
+                print(text)
+            autotune(config, set(sources))
             return 0
         from spreeze_like.training import train
 
-        result = train(config, explicit=explicit)
+        result = train(config, sources=line.sources)
     except SpreezeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -3,7 +3,11 @@
 :func:`prepare_run` is the one entry both the serial and the parallel mode start from: it creates
 (or, on ``--resume``, reopens) the folder, checks that it is writable, loads the newest checkpoint
 when resuming (refusing one from another env or algorithm), and writes the resolved config as
-``config.json`` (atomically). Every failure is a one-line SpreezeError.
+``config.json`` (atomically), with a ``sources`` map beside the values that names where each came
+from (flag, resume, config-file, preset:<file>#<table>, autotune, python, default; see
+:mod:`spreeze_like.layering`). ``TrainConfig.from_dict`` and ``--config``/``--resume`` read such a
+file as it is; a version from before sources existed rejects the extra key. Every failure is a
+one-line SpreezeError.
 """
 
 from __future__ import annotations
@@ -12,12 +16,13 @@ import json
 import os
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from spreeze_like.checkpoint import check_compatible, load_latest
-from spreeze_like.config import TrainConfig
+from spreeze_like.config import SOURCES_KEY, TrainConfig
 from spreeze_like.errors import CheckpointError, ConfigError
 
 
@@ -74,8 +79,11 @@ def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
     os.replace(tmp, path)
 
 
-def prepare_run(config: TrainConfig) -> RunContext:
-    """Create or reopen the run folder for a resolved config; see the module docstring."""
+def prepare_run(config: TrainConfig, sources: Mapping[str, str] | None = None) -> RunContext:
+    """Create or reopen the run folder for a resolved config; see the module docstring.
+
+    ``sources`` (field -> where its value came from) is saved beside the values when given.
+    """
     if config.resume:
         run_dir = Path(config.resume)
         if not run_dir.is_dir():
@@ -91,7 +99,10 @@ def prepare_run(config: TrainConfig) -> RunContext:
     else:
         context = RunContext(_new_run_dir(config))
     try:
-        write_json_atomic(context.run_dir / "config.json", config.to_dict())
+        saved = config.to_dict()
+        if sources is not None:
+            saved[SOURCES_KEY] = {name: sources.get(name, "default") for name in saved}
+        write_json_atomic(context.run_dir / "config.json", saved)
     except OSError as exc:
         raise ConfigError(f"cannot write to run folder {context.run_dir}: {exc.strerror or exc}") from None
     return context

@@ -51,13 +51,13 @@ from spreeze_like.config import TrainConfig
 from spreeze_like.errors import CheckpointError, NonFiniteError
 from spreeze_like.metrics import stats_schema
 from spreeze_like.procs.children import StopSignals
+from spreeze_like.results import TrainResult
 from spreeze_like.roles import build
 from spreeze_like.roles.monitor import Monitor
 from spreeze_like.roles.ports import LocalBoard, LocalStatsBlock
 from spreeze_like.roles.replay_writer import ReplayWriter
 from spreeze_like.rundir import RunContext
 from spreeze_like.seeding import seed_process
-from spreeze_like.training import TrainResult
 from spreeze_like.transition import TransitionLayout
 
 

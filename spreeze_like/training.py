@@ -3,10 +3,13 @@
 (The module is ``training``, not ``train``, so that the package attribute ``spreeze_like.train``
 stays the function: importing a submodule named ``train`` would replace it with the module.)
 
-It resolves the config (``auto`` devices and delays), prepares the run folder (new, or reopened on
-``resume``), and runs either the serial mode or the parallel mode. The parallel mode lives in
-``spreeze_like.supervisor.run_parallel(config, context)``; until that module exists a non-serial
-run falls back to the serial mode and says so in one line.
+It lays the env's preset under the user's settings (:mod:`spreeze_like.layering`), resolves the
+config (``auto`` devices and delays), prepares the run folder (new, or reopened on ``resume``; its
+config.json records the source of every value), prints the header with the settings that are not
+built-in defaults, and runs the mode :mod:`spreeze_like.modes` finds: the parallel mode
+(``spreeze_like.supervisor.run_parallel``) or, with ``serial`` or where the parallel mode is not
+built, the serial mode. Both return a :class:`~spreeze_like.results.TrainResult`; neither imports
+this module.
 
 With ``autotune`` the settings the user did not choose come from the autotuner's plan
 (``spreeze_like.autotune``), which is saved as ``plan.json`` in the run folder.
@@ -15,94 +18,74 @@ With ``autotune`` the settings the user did not choose come from the autotuner's
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import Callable, Collection, Mapping
 
 from spreeze_like.config import TrainConfig
 from spreeze_like.envs import env_info
 from spreeze_like.errors import ConfigError
-from spreeze_like.rundir import RunContext, prepare_run
+from spreeze_like.layering import complete_sources, lay_presets, mark_planned, python_sources, settings_lines
+from spreeze_like.modes import parallel_entry, serial_entry
+from spreeze_like.results import TrainResult
+from spreeze_like.rundir import prepare_run
 
-__all__ = ["TrainResult", "parallel_entry", "train"]
-
-
-@dataclass
-class TrainResult:
-    """What a finished run reports (``spreeze_like.train`` returns it; the CLI prints it)."""
-
-    run_dir: Path
-    env_steps: int
-    critic_updates: int
-    actor_updates: int
-    episodes: int
-    final_eval_return: float
-    final_eval_returns: tuple[float, ...]
-    # (env step, mean eval return, wall seconds since this session started) of every evaluation
-    evals: list[tuple[int, float, float]] = field(default_factory=list)
-    stopped_early: bool = False  # an evaluation reached config.stop_at_return
-    wall_s: float = 0.0
-    mode: str = "serial"
-
-
-def parallel_entry() -> Callable[[TrainConfig, RunContext], TrainResult] | None:
-    """``spreeze_like.supervisor.run_parallel`` if the parallel mode is built, else None."""
-    try:
-        from spreeze_like.supervisor import run_parallel
-    except ModuleNotFoundError as exc:
-        if exc.name == "spreeze_like.supervisor":
-            return None
-        raise
-    return run_parallel
+__all__ = ["TrainResult", "train"]
 
 
 def train(
     config: TrainConfig | None = None,
     print_fn: Callable[[str], None] = print,
     explicit: Collection[str] | None = None,
+    sources: Mapping[str, str] | None = None,
     **overrides: object,
 ) -> TrainResult:
     """Train an agent and return the final evaluation, run folder and counters.
 
     Args:
-        config: the settings (default: ``TrainConfig()``, SAC on Pendulum-v1).
+        config: the settings (default: ``TrainConfig()``, SAC on the default env).
         print_fn: where progress lines go (``print`` by default).
-        explicit: with ``autotune``, the fields the user set (kept over the plan); fields off their
-            default and ``overrides`` always count as set.
+        explicit: names of fields the user set even where they equal the default (kept over the env's
+            preset and the autotune plan); fields off their default and ``overrides`` always count as set.
+        sources: where each set field came from (the CLI passes ``flag`` / ``config-file`` / ``resume``
+            from :func:`spreeze_like.flags.parse_command_line`); given, it replaces the guess from defaults.
         overrides: field values replacing those of ``config``, e.g. ``train(total_steps=5000)``.
 
     Raises:
-        spreeze_like.errors.SpreezeError: any bad input (config, env, logdir, checkpoint), one line.
+        spreeze_like.errors.SpreezeError: any bad input (config, preset file, env, logdir, checkpoint), one line.
     """
     config = dataclasses.replace(config or TrainConfig(), **overrides)  # type: ignore[arg-type]
-    plan = None
     if config.plan_only:
         raise ConfigError("plan_only trains nothing: run python -m spreeze_like.run --plan-only, or call "
                           "spreeze_like.autotune.apply.autotune(config) for the plan")
+    given = dict(sources) if sources is not None else python_sources(config, explicit or ())
+    given.update(dict.fromkeys(overrides, "python"))
+    config, given = lay_presets(config, given)
+    plan = None
     if config.autotune and config.resume:
         print_fn("[spreeze] --resume keeps the run's saved settings; the autotune plan is not applied again")
     elif config.autotune:
         from spreeze_like.autotune.apply import autotune
 
-        config, plan = autotune(config, set(explicit or ()) | set(overrides), print_fn)
-    config = config.resolve()
-    env_info(config.env)  # a bad env fails here, before a run folder is created for it
-    run = None if config.serial else parallel_entry()
-    if run is None and not config.serial:
+        config, plan = autotune(config, set(given), print_fn)
+        given = mark_planned(given, plan)
+    resolved = config.resolve()
+    env_info(resolved.env)  # a bad env fails here, before a run folder is created for it
+    run = None if resolved.serial else parallel_entry()
+    if run is None and not resolved.serial:
         print_fn("[spreeze] the parallel mode is not built yet; running every role in this process (--serial)")
-        config = dataclasses.replace(config, serial=True)
-    context = prepare_run(config)
+        resolved = dataclasses.replace(resolved, serial=True)
+    all_sources = complete_sources(given, config)
+    context = prepare_run(resolved, all_sources)
     if plan is not None:
         from spreeze_like.autotune.apply import save_plan
 
         save_plan(plan, context.run_dir)
     print_fn(
-        f"[spreeze] {config.algo} on {config.env}, {'serial' if config.serial else 'parallel'} mode, "
-        f"actor on {config.actor_device}, critic on {config.critic_device}; run folder {context.run_dir}"
+        f"[spreeze] {resolved.algo} on {resolved.env}, {'serial' if resolved.serial else 'parallel'} mode, "
+        f"actor on {resolved.actor_device}, critic on {resolved.critic_device}; run folder {context.run_dir}"
         + (f" (resuming at env step {context.start_step:,})" if context.payload else "")
     )
+    for line in settings_lines(resolved, all_sources):
+        print_fn(line)
     if run is None:
-        from spreeze_like.serial import run_serial
-
-        return run_serial(config, context, print_fn)
-    return run(config, context)
+        return serial_entry()(resolved, context, print_fn)
+    return run(resolved, context)

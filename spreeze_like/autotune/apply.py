@@ -47,7 +47,7 @@ def apply_plan(config: TrainConfig, plan: Plan) -> TrainConfig:
 
 def parallel_mode_available() -> bool:
     """Whether ``spreeze_like.supervisor`` (the multi-process mode) is built."""
-    from spreeze_like.training import parallel_entry
+    from spreeze_like.modes import parallel_entry
 
     return parallel_entry() is not None
 

@@ -1,4 +1,6 @@
-"""TrainConfig: defaults, the argparse bridge, JSON config files, validation, device resolution."""
+"""TrainConfig: defaults, the argparse bridge, JSON config files, validation, device resolution.
+
+(Presets and the order of the layers: test_presets.py.)"""
 
 from __future__ import annotations
 
@@ -7,9 +9,10 @@ import json
 
 import pytest
 
-from spreeze_like.config import TrainConfig, build_parser, parse_cli
+from spreeze_like.config import SOURCES_KEY, TrainConfig
 from spreeze_like.devices import resolve_devices
 from spreeze_like.errors import ConfigError
+from spreeze_like.flags import build_parser, parse_cli
 
 
 def test_defaults_are_valid_and_sac_on_pendulum():
@@ -99,19 +102,28 @@ def test_invalid_values_raise_one_line_config_error(changes, flag):
     assert flag in str(info.value) and "\n" not in str(info.value)
 
 
-def test_auto_actor_lr_is_the_tuned_value_on_pendulum_and_3e4_elsewhere():
+def test_auto_actor_lr_is_the_presets():
     from spreeze_like.algos.spec import AlgoSpec
 
     assert TrainConfig().actor_lr is None  # auto, recorded resolved in config.json
-    assert TrainConfig().resolve().actor_lr == 1e-3
-    assert dataclasses.replace(TrainConfig(), env="HalfCheetah-v5").resolve().actor_lr == 3e-4
+    assert TrainConfig().resolve().actor_lr == 1e-3  # sac.toml [Pendulum-v1]
+    assert dataclasses.replace(TrainConfig(), env="HalfCheetah-v5").resolve().actor_lr == 3e-4  # sac.toml [default]
     assert dataclasses.replace(TrainConfig(), env="mypkg.envs:Pendulum-v1").resolve().actor_lr == 1e-3
+    for algo in ("td3", "ddpg"):
+        assert dataclasses.replace(TrainConfig(), algo=algo).resolve().actor_lr == 1e-3
+        assert dataclasses.replace(TrainConfig(), algo=algo, env="Hopper-v5").resolve().actor_lr == 3e-4
     assert dataclasses.replace(TrainConfig(), actor_lr=5e-4).resolve().actor_lr == 5e-4  # a given value wins
     assert parse_cli(["--actor-lr", "auto"]).actor_lr is None
     assert parse_cli(["--actor-lr", "2e-4"]).resolve().actor_lr == 2e-4
     # a spec built from an unresolved config gets what resolve() would give
     assert AlgoSpec.from_config(TrainConfig(), 3, 1).actor_lr == 1e-3
     assert AlgoSpec.from_config(dataclasses.replace(TrainConfig(), env="Hopper-v5"), 11, 3).actor_lr == 3e-4
+
+
+def test_a_run_config_json_with_sources_loads_as_a_config():
+    cfg = TrainConfig(batch_size=64)
+    saved = {**cfg.to_dict(), SOURCES_KEY: {"batch_size": "flag"}}
+    assert TrainConfig.from_dict(saved) == cfg
 
 
 def test_resolve_fills_policy_delay():

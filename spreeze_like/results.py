@@ -1,0 +1,31 @@
+"""What a finished run reports: :class:`TrainResult`.
+
+A module of its own that imports nothing from spreeze_like, so that both modes (``serial`` and
+``supervisor``) can build a result, and ``training`` can return one, without any of them importing
+another upward. It owns no files, processes or segments.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+__all__ = ["TrainResult"]
+
+
+@dataclass
+class TrainResult:
+    """What a finished run reports (``spreeze_like.train`` returns it; the CLI prints it)."""
+
+    run_dir: Path
+    env_steps: int
+    critic_updates: int
+    actor_updates: int
+    episodes: int
+    final_eval_return: float
+    final_eval_returns: tuple[float, ...]
+    # (env step, mean eval return, wall seconds since this session started) of every evaluation
+    evals: list[tuple[int, float, float]] = field(default_factory=list)
+    stopped_early: bool = False  # an evaluation reached config.stop_at_return
+    wall_s: float = 0.0
+    mode: str = "serial"
