@@ -16,6 +16,7 @@
 #include <cstring>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "spreeze/shm_seq.hpp"
 
@@ -43,6 +44,19 @@ class BufferGuard {
  private:
   Py_buffer view_{};
 };
+
+// A ring whose counters say something no sound ring can (more records published than it holds)
+// has had its shared memory overwritten, or is shared by two writers or two readers: raised as
+// spreeze_like.errors.ShmError (one line for the user), RuntimeError where that cannot be imported.
+[[noreturn]] void throw_shm_error(const std::string& message) {
+  py::object type = py::reinterpret_borrow<py::object>(PyExc_RuntimeError);
+  try {
+    type = py::module_::import("spreeze_like.errors").attr("ShmError");
+  } catch (py::error_already_set&) {
+  }
+  PyErr_SetString(type.ptr(), message.c_str());
+  throw py::error_already_set();
+}
 
 bool is_float32(const Py_buffer& v) {
   if (v.itemsize != 4 || v.format == nullptr) return false;
@@ -118,10 +132,14 @@ class HeldSegment {
 class RingCore {
  public:
   RingCore(const py::object& segment, uint64_t write_seq_off, uint64_t read_seq_off, uint64_t data_off,
-           uint64_t capacity, uint64_t record_bytes)
-      : seg_(segment) {
+           uint64_t capacity, uint64_t record_bytes, std::string name)
+      : seg_(segment), name_(std::move(name)) {
     if (capacity == 0 || record_bytes == 0) throw py::value_error("ring capacity and record size must be > 0");
-    seg_.check(data_off, capacity * record_bytes, 4, "ring data");
+    uint64_t data_bytes = 0;
+    if (__builtin_mul_overflow(capacity, record_bytes, &data_bytes))
+      throw py::value_error("ring data of " + std::to_string(capacity) + " records of " + std::to_string(record_bytes) +
+                            " bytes is too large: the size overflows 64 bits");
+    seg_.check(data_off, data_bytes, 4, "ring data");
     seg_.check(write_seq_off, 24, 8, "writer's header line");
     seg_.check(read_seq_off, 16, 8, "reader's header line");
     ring_ = RingView{atomic_at(seg_.base(), write_seq_off), atomic_at(seg_.base(), read_seq_off),
@@ -154,7 +172,7 @@ class RingCore {
   // Reader: records published and not yet released.
   uint64_t available() {
     cached_w_ = ring_.write_seq->load(std::memory_order_acquire);
-    return cached_w_ - local_r_;
+    return checked_fill(cached_w_, local_r_);
   }
 
   // Reader: (slot index of the next record, records readable contiguously from there).
@@ -192,7 +210,8 @@ class RingCore {
     return to_writer_.wait(
         [&] {
           cached_r_ = ring_.read_seq->load(std::memory_order_acquire);
-          return ring_.capacity - (local_w_ - cached_r_) >= need;
+          const uint64_t fill = local_w_ - cached_r_;
+          return fill > ring_.capacity || ring_.capacity - fill >= need;  // corrupt: wake, push() says so
         },
         timeout_s);
   }
@@ -226,10 +245,10 @@ class RingCore {
   uint64_t push_raw(const RecordsArg& rec, uint64_t start, bool may_release_gil) {
     if (start >= rec.n) return 0;
     const uint64_t want = rec.n - start;
-    uint64_t free_slots = ring_.capacity - (local_w_ - cached_r_);
+    uint64_t free_slots = ring_.capacity - checked_fill(local_w_, cached_r_);
     if (free_slots < want) {  // only touch the reader's cache line when the cached view says full
       cached_r_ = ring_.read_seq->load(std::memory_order_acquire);
-      free_slots = ring_.capacity - (local_w_ - cached_r_);
+      free_slots = ring_.capacity - checked_fill(local_w_, cached_r_);
     }
     const uint64_t k = want < free_slots ? want : free_slots;
     if (k == 0) return want;
@@ -262,7 +281,22 @@ class RingCore {
     return k;
   }
 
+  // Records published and not released, from counters of which one came out of shared memory. A
+  // sound ring never holds more than its capacity; a larger difference (or a negative one, which
+  // wraps) would make the copies run past the mapping, so it is refused, never clamped into a
+  // silent stream of stale records.
+  uint64_t checked_fill(uint64_t w, uint64_t r) const {
+    const uint64_t fill = w - r;
+    if (fill > ring_.capacity)
+      throw_shm_error("ring " + name_ + " has corrupt counters in shared memory (write_seq " + std::to_string(w) +
+                      ", read_seq " + std::to_string(r) + ", capacity " + std::to_string(ring_.capacity) +
+                      "): another process wrote into its header, or two writers or two readers share it; "
+                      "restart the run");
+    return fill;
+  }
+
   HeldSegment seg_;
+  std::string name_;
   RingView ring_{};
   Doorbell to_reader_{}, to_writer_{};
   std::atomic<uint64_t>* closed_ = nullptr;
@@ -340,9 +374,9 @@ std::atomic<uint64_t>* word(const BufferGuard& g, uint64_t offset) {
 
 void register_atomics(py::module_& m) {
   py::class_<RingCore>(m, "RingCore", "Native side of an SPSC ring (see spreeze_like/ipc/ring.py).")
-      .def(py::init<const py::object&, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t>(), py::arg("segment"),
-           py::arg("write_seq_off"), py::arg("read_seq_off"), py::arg("data_off"), py::arg("capacity"),
-           py::arg("record_bytes"))
+      .def(py::init<const py::object&, uint64_t, uint64_t, uint64_t, uint64_t, uint64_t, std::string>(),
+           py::arg("segment"), py::arg("write_seq_off"), py::arg("read_seq_off"), py::arg("data_off"),
+           py::arg("capacity"), py::arg("record_bytes"), py::arg("name") = std::string("(unnamed)"))
       .def(
           "push", [](RingCore& self, const py::handle& src) { return self.push(src, 0); }, py::arg("src"),
           "Writer: copy src into free slots, publish (release); return records not written.")

@@ -25,6 +25,16 @@ namespace {
 
 using I64 = py::array_t<std::int64_t, py::array::c_style | py::array::forcecast>;
 
+// Atomics need naturally aligned words: a misaligned 8-byte atomic is not atomic across a cache
+// line on x86 (a split lock) and faults on aarch64. numpy views at odd offsets are easy to make.
+void check_aligned(const void* p, const char* name) {
+  if (reinterpret_cast<std::uintptr_t>(p) % alignof(std::uint64_t) != 0) {
+    throw py::value_error(std::string(name) + " must be 8-byte aligned for atomic access; got a view at address " +
+                          std::to_string(reinterpret_cast<std::uintptr_t>(p)) + " (view the buffer at an offset "
+                          "that is a multiple of 8)");
+  }
+}
+
 std::uint64_t* live_u64(const py::handle& obj, const char* name) {
   if (!py::isinstance<py::array>(obj)) throw py::type_error(std::string(name) + " must be a numpy uint64 array");
   auto a = py::reinterpret_borrow<py::array>(obj);
@@ -32,7 +42,21 @@ std::uint64_t* live_u64(const py::handle& obj, const char* name) {
       !a.writeable()) {
     throw py::type_error(std::string(name) + " must be a writable 1-D C-contiguous numpy uint64 array");
   }
+  check_aligned(a.data(), name);
   return static_cast<std::uint64_t*>(a.mutable_data());
+}
+
+// Bytes of one row (everything after the first axis) of a C-contiguous array, from its shape. Not
+// strides[0]: numpy calls an array C-contiguous whatever the stride of a length-1 axis, or of any
+// axis of an empty array, so strides[0] can be anything there (a[::5][:1] keeps 5 rows' stride).
+std::size_t row_bytes_of(const py::array& a) {
+  std::size_t bytes = static_cast<std::size_t>(a.itemsize());
+  for (py::ssize_t d = 1; d < a.ndim(); ++d) {
+    if (__builtin_mul_overflow(bytes, static_cast<std::size_t>(a.shape(d)), &bytes)) {
+      throw py::value_error("a column's row size overflows");
+    }
+  }
+  return bytes;
 }
 
 I64 checked_slots(const py::handle& obj, py::ssize_t len) {
@@ -127,15 +151,21 @@ void register_slot_generations(py::module_& m) {
         std::vector<Col> cols;
         py::list outs;
         for (const py::handle& c : columns) {
+          if (!py::isinstance<py::array>(c)) throw py::type_error("columns must be numpy arrays");
           auto a = py::reinterpret_borrow<py::array>(c);
-          if (!py::isinstance<py::array>(c) || a.ndim() < 1 || !(a.flags() & py::array::c_style) || a.shape(0) < cap) {
+          if (a.ndim() < 1 || !(a.flags() & py::array::c_style) || a.shape(0) < cap) {
             throw py::type_error("columns must be C-contiguous numpy arrays with at least one row per slot");
+          }
+          const py::dtype dt = a.dtype();
+          if (dt.kind() == 'O' || (dt.has_fields() && dt.attr("hasobject").cast<bool>())) {
+            throw py::type_error("columns must hold plain numbers, not Python objects (copying object pointers "
+                                 "without their references would corrupt them)");
           }
           std::vector<py::ssize_t> shape(a.shape(), a.shape() + a.ndim());
           shape[0] = n;
           py::array out(a.dtype(), shape);
           cols.push_back({static_cast<const char*>(a.data()), static_cast<char*>(out.mutable_data()),
-                          static_cast<std::size_t>(a.strides(0))});
+                          row_bytes_of(a)});
           outs.append(out);
         }
         py::array_t<std::uint64_t> first(n);

@@ -56,6 +56,11 @@ const std::uint64_t* as_generations(const py::handle& obj, std::size_t min_len, 
     throw py::value_error(std::string(name) + " has " + std::to_string(a.shape(0)) + " entries, needs " +
                           std::to_string(min_len));
   }
+  // Read with atomic loads (the storage's writer changes them concurrently): natural alignment needed.
+  if (reinterpret_cast<std::uintptr_t>(a.data()) % alignof(std::uint64_t) != 0) {
+    throw py::value_error(std::string(name) + " must be 8-byte aligned for atomic access (view the buffer at an "
+                          "offset that is a multiple of 8)");
+  }
   return static_cast<const std::uint64_t*>(a.data());
 }
 

@@ -26,6 +26,10 @@ Protocol (the orderings live in native code, ``native/include/spreeze/shm_seq.hp
   ``full_wait_s``.
 - A restarted writer attaches the same ring and continues from the published ``write_seq``;
   records its dead predecessor copied but never published are overwritten, never read.
+- Nothing read from the shared header is trusted: the sizes are checked against the segment at
+  attach, and counters that claim more records than the ring holds (memory another process
+  overwrote, or two writers) raise :class:`~spreeze_like.errors.ShmError` instead of steering a
+  copy outside the mapping.
 """
 
 from __future__ import annotations
@@ -80,10 +84,17 @@ class Ring:
             )
         self.capacity = int(self._hdr[_CAPACITY])
         self.record_width = int(self._hdr[_WIDTH])
+        # The header is shared memory that any process of this user can overwrite: its sizes are
+        # checked (in Python integers, which cannot overflow) before anything is laid over them.
+        if self.capacity < 1 or self.record_width < 1 or self.nbytes_for(self.capacity, self.record_width) > seg.size:
+            raise ShmError(
+                f"ring {seg.name} has a corrupt header: {self.capacity} records of {self.record_width} float32 "
+                f"do not fit its {seg.size} bytes; another process wrote into it; restart the run"
+            )
         self.role = role
         self._records = seg.ndarray(np.float32, (self.capacity, self.record_width), DATA_OFFSET)
         self._core = _native.RingCore(
-            seg.mmap, _WRITE_SEQ_OFF, _READ_SEQ_OFF, DATA_OFFSET, self.capacity, self.record_width * 4
+            seg.mmap, _WRITE_SEQ_OFF, _READ_SEQ_OFF, DATA_OFFSET, self.capacity, self.record_width * 4, seg.name
         )
         self._peer_alive = peer_alive
         self._push = self._core.push if role == "writer" else self._not_writer

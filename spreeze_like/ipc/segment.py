@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import atexit
 import errno
+import math
 import mmap
 import os
 from collections.abc import Mapping
@@ -217,7 +218,9 @@ class Segment:
         """
         dt = np.dtype(dtype)
         shape_t = (shape,) if isinstance(shape, (int, np.integer)) else tuple(shape)
-        nbytes = int(np.prod(shape_t, dtype=np.int64)) * dt.itemsize
+        if any(int(n) < 0 for n in shape_t):
+            raise ValueError(f"negative dimension in shape {shape_t} for a view of {self.name}")
+        nbytes = math.prod(int(n) for n in shape_t) * dt.itemsize  # Python ints: no int64 overflow
         if offset < 0 or offset % dt.alignment:
             raise ValueError(f"offset {offset} is not aligned to {dt.alignment} bytes for {dt} in {self.name}")
         if offset + nbytes > self.size:

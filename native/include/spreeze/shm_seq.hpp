@@ -130,6 +130,8 @@ struct RingView {
   uint64_t record_bytes;  // bytes per record
 
   // Copy `n` records from `src` into slots starting at record number `seq` (handles the wrap).
+  // n <= capacity: the caller derives n from counters and must have checked them (RingCore's
+  // checked_fill), since counters live in shared memory that any same-user process can overwrite.
   void copy_in(uint64_t seq, const char* src, uint64_t n) const {
     const uint64_t slot = seq % capacity;
     const uint64_t first = (slot + n <= capacity) ? n : capacity - slot;
@@ -137,7 +139,7 @@ struct RingView {
     if (first < n) std::memcpy(data, src + first * record_bytes, (n - first) * record_bytes);
   }
 
-  // Copy `n` records starting at record number `seq` out of the ring into `dst`.
+  // Copy `n` records starting at record number `seq` out of the ring into `dst` (n <= capacity).
   void copy_out(uint64_t seq, char* dst, uint64_t n) const {
     const uint64_t slot = seq % capacity;
     const uint64_t first = (slot + n <= capacity) ? n : capacity - slot;
