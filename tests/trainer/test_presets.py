@@ -243,3 +243,31 @@ def test_no_env_id_is_a_special_case_in_the_package_code():
     allowed = [f for f in found if f.startswith("spreeze_like/config.py:") and f.endswith(repr(DEFAULT_ENV_ID))]
     assert len(allowed) == 1, found  # DEFAULT_ENV_ID = "..."
     assert [f for f in found if f not in allowed] == [], "env ids in code (use DEFAULT_ENV_ID or a preset)"
+
+
+# --- with --autotune ----------------------------------------------------------------------------------------------
+def test_plan_only_prints_the_settings_and_their_sources_above_the_plan(tmp_path):
+    from tests.autotune.helpers import run_module, seed_cache
+
+    seed_cache(tmp_path / "xdg")
+    proc = run_module("spreeze_like.run", "--plan-only", "--batch-size", "512", xdg=tmp_path / "xdg")
+    assert proc.returncode == 0, proc.stderr
+    header = proc.stdout.index("settings (flag > resumed run > --config file > preset > default):")
+    assert header < proc.stdout.index("autotune plan for")
+    rows = _settings(proc.stdout[:proc.stdout.index("autotune plan for")])
+    assert rows["actor_lr"] == ("0.001", "preset:sac.toml#Pendulum-v1") and rows["batch_size"] == ("512", "flag")
+
+
+def test_autotuned_values_are_saved_with_the_source_autotune(tmp_path, monkeypatch):
+    from tests.autotune.helpers import seed_cache
+
+    seed_cache(tmp_path / "xdg", hidden=(32, 32))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    config = dataclasses.replace(TrainConfig(), logdir=str(tmp_path / "runs"), autotune=True,
+                                 **{**TINY, "total_steps": 300})
+    result = train(config, print_fn=lambda line: None)
+    saved = json.loads((result.run_dir / "config.json").read_text())
+    plan = json.loads((result.run_dir / "plan.json").read_text())
+    planned = {k for k, c in plan["choices"].items() if c["source"] == "plan" and k in saved}
+    assert planned and all(saved[SOURCES_KEY][k] == "autotune" for k in planned), (planned, saved[SOURCES_KEY])
+    assert saved[SOURCES_KEY]["serial"] == "python" and saved[SOURCES_KEY]["actor_lr"] == "preset:sac.toml#Pendulum-v1"
