@@ -33,9 +33,9 @@ def _classes(algo: str) -> tuple[type, type]:
 
 
 def actor_class(algo: str) -> type:
-    from spreeze_like.algos.networks import DeterministicActor, SquashedGaussianActor
+    from spreeze_like.algos import networks  # the submodules never import this package back
 
-    return SquashedGaussianActor if algo == "sac" else DeterministicActor
+    return networks.actor_class(algo)
 
 
 def make_critic_part(spec: AlgoSpec, device: str) -> CriticPart:

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from spreeze_like.algos.networks import Critic, get_flat, numel, params_of, set_flat, soft_update
+from spreeze_like.algos.networks import Critic, actor_class, get_flat, numel, params_of, set_flat, soft_update
 from spreeze_like.algos.optim import FusedAdam
 from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.seeding import derive_seed
@@ -89,8 +89,6 @@ class _Part:
         return 0
 
     def build_actor(self) -> nn.Module:
-        from spreeze_like.algos import actor_class
-
         cls = actor_class(self.spec.algo)
         s = self.spec
         return seeded_build(lambda: cls(s.obs_dim, s.act_dim, s.hidden_sizes), derive_seed(s.seed, "actor/init")).to(

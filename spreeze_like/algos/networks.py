@@ -101,6 +101,11 @@ class DeterministicActor(nn.Module):
         return self(obs)
 
 
+def actor_class(algo: str) -> type[nn.Module]:
+    """The actor network of ``algo``: a squashed Gaussian for SAC, deterministic for TD3 and DDPG."""
+    return SquashedGaussianActor if algo == "sac" else DeterministicActor
+
+
 class Critic(nn.Module):
     """``n_q`` independent Q networks Q(s, a) -> [B] (twin for SAC/TD3, single for DDPG)."""
 

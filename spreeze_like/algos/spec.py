@@ -45,7 +45,7 @@ class AlgoSpec:
         if values["actor_lr"] is None:  # an unresolved config: what resolve() would fill in
             from spreeze_like.config import auto_actor_lr
 
-            values["actor_lr"] = auto_actor_lr(config.env)
+            values["actor_lr"] = auto_actor_lr(config.env, config.algo, config.presets)
         return cls(algo=config.algo, obs_dim=obs_dim, act_dim=act_dim, **values)
 
     @property

@@ -36,6 +36,7 @@ from spreeze_like.autotune.measure import memcpy_rate, ring_rate
 from spreeze_like.autotune.results import EnvRates, Hardware, ProbeResults
 from spreeze_like.autotune.sampler_scaling import SamplerScalingError, measure_scaling, sampler_counts
 from spreeze_like.autotune.worker import CurveJob, run_worker
+from spreeze_like.config import DEFAULT_ENV_ID
 from spreeze_like.devices import resolve_precision
 from spreeze_like.errors import ConfigError
 
@@ -102,7 +103,7 @@ def probe_scaling(env: EnvRates, env_id: str, spec: dict, budget_s: float, cores
 
 
 def probe_machine(
-    env_id: str = "Pendulum-v1",
+    env_id: str = DEFAULT_ENV_ID,
     algo: str = "sac",
     hidden_sizes: Sequence[int] = (256, 256),
     budget_s: float = DEFAULT_BUDGET_S,
@@ -165,7 +166,7 @@ def probe_machine(
 
 
 def load_or_probe(
-    env_id: str = "Pendulum-v1",
+    env_id: str = DEFAULT_ENV_ID,
     algo: str = "sac",
     hidden_sizes: Sequence[int] = (256, 256),
     budget_s: float = DEFAULT_BUDGET_S,
