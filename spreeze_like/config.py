@@ -150,6 +150,12 @@ class TrainConfig:
         10, "parallel mode: restarts of one sampler, evaluator or monitor allowed within 10 minutes; one more "
         "death ends the run (an env that crashes every time)"
     )
+    sampler_hang_s: float = _f(60.0, "parallel mode: seconds without a heartbeat after which a sampler is killed as "
+                               "hung and restarted (raise it for a simulator whose step or reset takes longer)")
+    learner_hang_s: float = _f(180.0, "parallel mode: seconds without a heartbeat after which a learner counts as "
+                               "hung and the run stops")
+    evaluator_hang_s: float = _f(600.0, "parallel mode: seconds without a heartbeat after which the evaluator is "
+                                 "killed as hung and restarted (it beats between episodes and every few hundred steps)")
     serial: bool = _f(False, "run every role in this one process (debugging, determinism, baseline)")
     autotune: bool = _f(False, "measure this machine (cached) and plan samplers, batch, devices, threads, buffers; "
                                "flags you set win")
@@ -197,6 +203,9 @@ class TrainConfig:
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):
                 raise bad(f.name, "must be a finite number")
+        for name in ("sampler_hang_s", "learner_hang_s", "evaluator_hang_s"):
+            if not getattr(self, name) >= 1.0:
+                raise bad(name, "must be >= 1 second")
         for name in ("utd", "actor_lr", "critic_lr", "alpha_lr", "alpha_init"):
             value = getattr(self, name)
             if value is not None and not value > 0:  # None: actor_lr's auto
