@@ -1,7 +1,7 @@
 """``--autotune``: probe (or read the cache), plan, and merge the plan into the run's config.
 
 Which settings are the user's: on the command line, every flag typed (and every key of a
-``--config`` file) -- :func:`spreeze_like.config.parse_cli_explicit` reports them; in Python, every
+``--config`` file) -- :func:`spreeze_like.flags.parse_cli_explicit` reports them; in Python, every
 field that differs from the :class:`~spreeze_like.config.TrainConfig` default, plus any names passed
 as ``explicit``. Those are never changed; the plan is made around them (a user's ``--batch-size``
 sets how many samplers the plan needs, for example).
