@@ -153,7 +153,9 @@ def hold_lifetime_lock(name: str, fd: int) -> bool:
 
     The lock is a shared ``flock`` on the segment's file, held through ``fd`` (which this call keeps
     open; it must be close-on-exec so that children do not inherit it). The kernel drops it when the
-    creator dies, however it dies and whatever its PID namespace: the sweep's proof of death.
+    creator dies, however it dies and whatever its PID namespace: the sweep's proof of death. (A
+    child made by a plain ``fork`` without exec shares the lock until it exits too; the trainer
+    starts every child with ``spawn``.)
 
     Returns:
         False if the name was removed before the lock was taken (a sweep saw the fresh, not yet

@@ -299,3 +299,29 @@ def test_finding06_lifetime_lock_is_not_inherited_by_children():
         child = subprocess.run([sys.executable, "-c", _OPEN_FILES], check=True, capture_output=True, text=True,
                                close_fds=False)
         assert path not in child.stdout.splitlines()  # ... its children do not
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="needs Linux /proc")
+def test_finding06_every_unlink_path_drops_the_lifetime_lock():
+    # An open descriptor keeps an unlinked tmpfs file's memory allocated: each way of unlinking must
+    # also close the lock descriptor, or a long-lived process (tests, autotune probes) leaks /dev/shm.
+    from spreeze_like.ipc import unlink_run, unlink_segment
+
+    run = new_run_id()
+    segs = [Segment.create(f"/spz.{run}.{os.getpid()}.ring.{i}", 4096) for i in range(3)]
+    paths = {"/dev/shm" + s.name for s in segs}
+
+    def held() -> set[str]:
+        out = set()
+        for fd in os.listdir("/proc/self/fd"):
+            with contextlib.suppress(OSError):
+                out.add(os.readlink(f"/proc/self/fd/{fd}").removesuffix(" (deleted)"))
+        return out & paths
+
+    assert held() == paths
+    for s in segs:
+        s.close()
+    segs[0].unlink()
+    assert unlink_segment(segs[1].name)
+    assert unlink_run(run) == [segs[2].name[1:]]
+    assert held() == set() and list_our_files(run_id=run) == []
