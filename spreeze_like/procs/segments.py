@@ -18,7 +18,8 @@ Ownership: the supervisor alone creates (:meth:`RunSegments.create`) and removes
 (:meth:`OwnedSegments.unlink_all`, called in its ``finally``; ``spreeze_like.ipc.segment`` also
 registers an ``atexit`` unlink of everything its process created). Children only attach
 (:class:`Attached`) and close. If the supervisor is SIGKILLed, nothing unlinks; the next start's
-``sweep_dead_segments()`` removes the segments because their creator pid is dead. A child's crash
+``sweep_dead_segments()`` removes the segments because their creator's lifetime lock (an flock the
+kernel drops on death, in any PID namespace) can be taken. A child's crash
 leaves every segment usable: rings and boards are crash-consistent (see docs/ipc.md), the replay
 storage marks a half-written chunk torn, the sum tree's robust lock repairs itself.
 """
