@@ -24,6 +24,7 @@ import argparse
 import dataclasses
 import json
 import math
+import os
 import re
 import types
 import typing
@@ -47,6 +48,38 @@ DEFAULT_ENV_ID = "Pendulum-v1"  # the one env id in the code: what a run trains 
 # one in its [default] table: spreeze_like/presets/).
 DEFAULT_ACTOR_LR = 3e-4
 SOURCES_KEY = "sources"  # config.json's map of each field to where its value came from (layering.py)
+
+# Upper bounds on counts (review finding 12): a value past them would exhaust processes, threads or
+# memory, or stall the run without a word, so validate() refuses it up front in one line naming the
+# flag. docs/reliability.md, "Absurd flag values", gives each bound's reasoning and measurement.
+MAX_ENVS = 4096  # samplers x envs_per_sampler: a MuJoCo env holds about 1.2 MiB (measured), 4096 about 5 GiB
+MAX_EVAL_EPISODES = 1000  # the evaluator steps one env per episode, all at once
+MAX_UTD = 1024  # 8x the highest replay ratio we know used (128); past it every env step waits on 1000+ updates
+MAX_BUFFER_SIZE = 1 << 40  # the native sum tree's capacity limit; a uniform replay is refused at the same size
+MIN_REPLAY_ROW_BYTES = 32  # a replay row at obs_dim = act_dim = 1 (replay/storage.py's columns)
+NETWORK_COPIES = 12  # fp32 copies of the hidden weights a run holds at least: nets, targets, Adam moments
+PER_CORE = 4  # processes or threads per core past which more of them only time-share: samplers, torch threads
+
+
+def machine_cores() -> int:
+    """The cores this process may run on (its affinity mask: a container's cpuset, not the host's count)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):  # not Linux
+        return max(1, os.cpu_count() or 1)
+
+
+def machine_memory_bytes() -> int:
+    """Physical memory of this machine in bytes (0 where the OS does not say)."""
+    try:
+        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return 0
+
+
+def max_per_machine() -> int:
+    """The most samplers or torch threads a run may ask for here: PER_CORE per core, at least 16."""
+    return max(16, PER_CORE * machine_cores())
 
 
 def auto_actor_lr(env_id: str, algo: str = "sac", presets: str = "") -> float:
@@ -216,7 +249,6 @@ class TrainConfig:
             "noise_clip",
             "log_interval",
             "tb_interval",
-            "priority_alpha",
         ):
             if not getattr(self, name) >= 0:
                 raise bad(name, "must be >= 0")
@@ -237,7 +269,41 @@ class TrainConfig:
             raise bad("logdir", "give a folder path")
         if not self.probe_budget >= 0.5:
             raise bad("probe_budget", "must be >= 0.5 seconds (the probes need time to measure)")
+        self._check_bounds(bad)
         return self
+
+    def _check_bounds(self, bad: typing.Callable[[str, str], ConfigError]) -> None:
+        """Counts that would exhaust processes, threads or memory, or stall the run (review finding 12)."""
+        if not 0.0 <= self.priority_alpha <= 1.0:  # else refused only inside the learners, after the start-up
+            raise bad("priority_alpha", "must be in [0, 1] (0: uniform, 1: fully proportional to |TD error|)")
+        most, cores = max_per_machine(), machine_cores()
+        for name, what in (("samplers", "sampler processes"), ("torch_threads", "torch threads per process")):
+            if getattr(self, name) > most:
+                raise bad(name, f"at most {most} {what} here ({PER_CORE} per core, {cores} cores): more only "
+                                "time-share the cores while each costs memory")
+        envs = self.samplers * self.envs_per_sampler
+        if envs > MAX_ENVS:
+            raise bad("envs_per_sampler", f"--samplers {self.samplers} x --envs-per-sampler {self.envs_per_sampler} "
+                                          f"= {envs:,} envs, more than {MAX_ENVS:,}; use fewer")
+        if self.eval_episodes > MAX_EVAL_EPISODES:
+            raise bad("eval_episodes", f"at most {MAX_EVAL_EPISODES} (the evaluator steps one env per episode at once)")
+        if self.utd > MAX_UTD:
+            raise bad("utd", f"at most {MAX_UTD} updates per env step (published replay ratios reach 128; past {MAX_UTD} "
+                             "every env step waits for over a thousand updates and the run seems to stall)")
+        if self.buffer_size > MAX_BUFFER_SIZE:
+            raise bad("buffer_size", f"at most 2^40 = {MAX_BUFFER_SIZE:,} transitions (the sum tree's limit)")
+        memory = machine_memory_bytes()
+        gib = memory / 2**30
+        if memory and self.buffer_size * MIN_REPLAY_ROW_BYTES > memory:
+            raise bad("buffer_size", f"needs at least {self.buffer_size * MIN_REPLAY_ROW_BYTES / 2**30:,.0f} GiB of "
+                                     f"replay ({MIN_REPLAY_ROW_BYTES} bytes a transition at the smallest env), more "
+                                     f"than this machine's {gib:,.0f} GiB of memory")
+        # hidden-to-hidden weights, plus one input and one output weight per unit (the env's sizes are not known here)
+        weights = sum(a * b for a, b in zip(self.hidden_sizes, self.hidden_sizes[1:])) + 2 * sum(self.hidden_sizes)
+        if memory and weights * 4 * NETWORK_COPIES > memory:
+            raise bad("hidden_sizes", f"{weights:,} hidden weights per network need at least "
+                                      f"{weights * 4 * NETWORK_COPIES / 2**30:,.0f} GiB ({NETWORK_COPIES} fp32 copies: "
+                                      f"networks, targets, Adam moments), more than this machine's {gib:,.0f} GiB")
 
     def resolve(self) -> TrainConfig:
         """A validated copy with the ``auto`` values filled in (devices, precision, policy delay, actor lr)."""

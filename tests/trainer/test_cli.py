@@ -98,3 +98,15 @@ def test_package_import_stays_light():
     )
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False, timeout=120)
     assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize(
+    "args, flag",
+    [(["--samplers", "1000000"], "--samplers"), (["--eval-episodes", "1000000"], "--eval-episodes"),
+     (["--utd", "1e9"], "--utd"), (["--prioritized", "--priority-alpha", "2"], "--priority-alpha"),
+     (["--buffer-size", "1000000000000000000"], "--buffer-size")],
+)
+def test_finding12_absurd_flags_refused_before_any_run_folder(tmp_path, args, flag):
+    proc = run_cli(*args, "--logdir", str(tmp_path / "runs"), "--log-interval", "0")
+    assert_one_line_error(proc, flag)
+    assert not (tmp_path / "runs").exists()  # refused up front: no run folder, no process started

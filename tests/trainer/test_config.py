@@ -152,3 +152,42 @@ def test_explicit_devices():
         resolve_devices("cuda:0", "auto", count=0)
     with pytest.raises(ConfigError, match="has 1 GPU"):
         resolve_devices("auto", "cuda:1", count=1)
+
+
+# --- review finding 12: absurd counts are refused up front, in one line naming the flag -------------------------
+@pytest.mark.parametrize(
+    "changes, flag",
+    [
+        ({"samplers": 10**6}, "--samplers"),  # a fork bomb: one process each
+        ({"torch_threads": 10**5}, "--torch-threads"),
+        ({"samplers": 16, "envs_per_sampler": 1000}, "--envs-per-sampler"),  # 16,000 envs
+        ({"eval_episodes": 10**6}, "--eval-episodes"),  # one env each, all at once
+        ({"utd": 1e9}, "--utd"),  # a run that stalls without a word
+        ({"priority_alpha": 2.0, "prioritized": True}, "--priority-alpha"),  # was refused only inside the learners
+        ({"priority_alpha": -0.5}, "--priority-alpha"),
+        ({"buffer_size": 2**40 + 1}, "--buffer-size"),  # past the native sum tree's capacity
+        ({"buffer_size": 10**18}, "--buffer-size"),  # np.prod overflowed computing the replay size
+        ({"hidden_sizes": (2**17, 2**17)}, "--hidden-sizes"),  # 2^34 weights: 800 GiB at 12 copies
+    ],
+)
+def test_finding12_absurd_counts_are_refused_in_one_line(changes, flag):
+    with pytest.raises(ConfigError) as info:
+        dataclasses.replace(TrainConfig(), **changes).validate()
+    assert str(info.value).startswith(flag + " ") and "\n" not in str(info.value)
+
+
+def test_finding12_bounds_follow_this_machine():
+    from spreeze_like.config import MIN_REPLAY_ROW_BYTES, machine_cores, machine_memory_bytes, max_per_machine
+
+    most = max_per_machine()
+    assert most >= 4 * machine_cores() and most >= 16
+    dataclasses.replace(TrainConfig(), samplers=most, torch_threads=most).validate()  # the bound itself is allowed
+    with pytest.raises(ConfigError, match="--samplers"):
+        dataclasses.replace(TrainConfig(), samplers=most + 1).validate()
+    memory = machine_memory_bytes()
+    assert memory > 0
+    fits = memory // MIN_REPLAY_ROW_BYTES
+    dataclasses.replace(TrainConfig(), buffer_size=min(fits, 2**40)).validate()
+    if fits < 2**40:
+        with pytest.raises(ConfigError, match="GiB of memory"):
+            dataclasses.replace(TrainConfig(), buffer_size=fits + 1).validate()
