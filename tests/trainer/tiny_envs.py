@@ -172,3 +172,58 @@ _register("TinyObsShapeReset-v0", "TinyOddObs", max_episode_steps=5, kwargs={"sh
 _register("TinyObsComplex-v0", "TinyOddObs", max_episode_steps=5, kwargs={"dtype": "complex64", "at": 1})
 _register("TinyObsFloat64-v0", "TinyOddObs", max_episode_steps=5, kwargs={"dtype": "float64"})
 _register("TinyCtorRaises-v0", "TinyCtorRaises", max_episode_steps=5)
+
+
+# --- Supervision findings 8, 9 and 18 (tests/parallel/test_supervision_findings.py) ----------------
+#
+# * ``TinySlow-v0``: TinyWalk with 40-step episodes whose ``step`` sleeps ``SPZ_TEST_SLOW_S`` seconds in
+#   the processes whose name starts with ``SPZ_TEST_SLOW_ROLE`` (a slow simulator), and which, in the
+#   process named ``SPZ_TEST_HANG_ROLE``, once that process has made ``SPZ_TEST_HANG_AFTER`` steps and
+#   while the file ``SPZ_TEST_HANG_ONCE`` exists (deleted first: one hang), sleeps for good (a hung simulator).
+# * ``TinySpawn-v0``: TinyWalk whose constructor starts a ``sleep 1000`` subprocess (a simulator server)
+#   and records it as an empty file ``<process name>.<pid>.<sleep pid>`` in ``SPZ_TEST_SPAWN_DIR``;
+#   ``close`` ends it, as a well-behaved env does; a SIGKILLed owner never calls it.
+
+_slow_steps = 0  # TinySlow steps made in this process
+
+
+class TinySlow(TinyWalk):
+    def step(self, action):
+        global _slow_steps
+        import time
+
+        _slow_steps += 1
+        name = multiprocessing.current_process().name
+        if name.startswith(os.environ.get("SPZ_TEST_SLOW_ROLE", "\0")):
+            time.sleep(float(os.environ.get("SPZ_TEST_SLOW_S", "0")))
+        once = os.environ.get("SPZ_TEST_HANG_ONCE")
+        if (name == os.environ.get("SPZ_TEST_HANG_ROLE") and once is not None
+                and _slow_steps > int(os.environ.get("SPZ_TEST_HANG_AFTER", "0"))):
+            try:
+                os.unlink(once)
+            except FileNotFoundError:
+                pass
+            else:
+                time.sleep(1e6)  # hung inside the simulator: no exception, no heartbeat
+        return super().step(action)
+
+
+class TinySpawn(TinyWalk):
+    def __init__(self) -> None:
+        import subprocess
+
+        super().__init__()
+        self.server = subprocess.Popen(["sleep", "1000"])
+        where = os.environ.get("SPZ_TEST_SPAWN_DIR")
+        if where:
+            name = f"{multiprocessing.current_process().name}.{os.getpid()}.{self.server.pid}"
+            open(os.path.join(where, name), "a").close()
+
+    def close(self) -> None:
+        self.server.kill()
+        self.server.wait()
+        super().close()
+
+
+_register("TinySlow-v0", "TinySlow", max_episode_steps=40)
+_register("TinySpawn-v0", "TinySpawn", max_episode_steps=5)
