@@ -4,8 +4,9 @@
 ``--config FILE`` and ``--list-presets``); :func:`parse_command_line` merges the user's layers,
 later wins -- ``--config FILE`` (JSON) < the resumed run's config.json < the flags typed -- and says
 where each value came from (``config-file`` / ``resume`` / ``flag``). On ``--resume`` only the flags
-typed now override the saved config (Sample Factory's rule). Presets and defaults are laid under
-these by :mod:`spreeze_like.layering`. Bad input is a one-line ConfigError or, for argparse's own
+typed now override the saved config (Sample Factory's rule), and a saved ``module:EnvId`` is refused
+unless ``--env`` names it again (a run folder is data, not code: review finding 4). Presets and
+defaults are laid under these by :mod:`spreeze_like.layering`. Bad input is a one-line ConfigError or, for argparse's own
 errors, one ``error:`` line and exit status 2 (:class:`~spreeze_like.config.OneLineParser`).
 """
 
@@ -144,6 +145,7 @@ def parse_command_line(argv: list[str] | None = None) -> CommandLine:
         saved = load_json_file(saved_path)
         settings = settings_of(saved)
         coerce_fields(TrainConfig, settings, str(saved_path))
+        _refuse_saved_env_module(resume, settings.get("env"), typed=ns.get("env"))
         merged.update(settings)
         then = saved.get(SOURCES_KEY)
         sources.update({name: _resumed(then.get(name) if isinstance(then, dict) else None) for name in settings})
@@ -151,6 +153,25 @@ def parse_command_line(argv: list[str] | None = None) -> CommandLine:
     merged.update(ns)
     merged["resume"] = resume or ""
     return CommandLine(TrainConfig.from_dict(merged).validate(), sources, list_presets)
+
+
+def _refuse_saved_env_module(resume: str, saved_env: Any, typed: Any) -> None:
+    """A run folder is data, not code: its config.json's ``module:EnvId`` is imported only if typed again.
+
+    ``--env module:EnvId`` imports ``module`` (:func:`spreeze_like.envs.make_env`), and with ``python -m``
+    the current folder is on ``sys.path``; so ``cd RUN && python -m spreeze_like.run --resume .`` would
+    run any ``module.py`` that came with a downloaded or shared run folder (review finding 4). Typing
+    ``--env`` names the module yourself, as for a new run; a plain gymnasium id imports nothing.
+    """
+    if not isinstance(saved_env, str) or ":" not in saved_env or typed is not None:
+        return
+    module = saved_env.split(":", 1)[0].strip()
+    if module:
+        raise ConfigError(
+            f"--resume {resume}: its config.json names env {saved_env!r}, which would import the Python module "
+            f"{module!r}; a run folder is data, so its modules are imported only if you name the env yourself: add "
+            f"--env {saved_env} (after checking that {module!r} is the module you mean)"
+        )
 
 
 def _resumed(source_then: Any) -> str:
