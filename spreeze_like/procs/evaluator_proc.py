@@ -28,19 +28,45 @@ from spreeze_like.procs.control import EXIT, RUN, RUNNING, ChildArgs, Control, s
 from spreeze_like.procs.segments import Attached
 from spreeze_like.roles import build
 from spreeze_like.roles.evaluator import EvalResult
+from spreeze_like.write_guard import WriteGuard
 
 EVALS_FILE = "evals.jsonl"
 
 
-def append_result(run_dir: str | Path, result: EvalResult, wall_s: float) -> None:
+def _print(line: str) -> None:
+    print(line, flush=True)  # a child's stdout is a pipe or a file more often than a terminal
+
+
+def append_result(run_dir: str | Path, result: EvalResult, wall_s: float, guard: WriteGuard | None = None) -> None:
     """One line per evaluation; a line is written whole with one ``write`` call (appends are atomic).
 
     ``wall_s``: seconds since the session started when the evaluation ended (the serial mode's rule).
+    With a ``guard``, a failed write (a full disk) is its one warning line instead of an exception
+    (review finding 7): the evaluation still reached the stats row, so TensorBoard has it.
     """
     line = json.dumps({"env_step": result.env_step, "mean_return": result.mean_return, "wall_s": wall_s,
                        "returns": list(result.returns), "lengths": list(result.lengths), "version": result.version})
-    with open(Path(run_dir) / EVALS_FILE, "a") as f:
-        f.write(line + "\n")
+    path = Path(run_dir) / EVALS_FILE
+    try:
+        if guard is not None and guard.failing and _ends_torn(path):
+            line = "\n" + line  # the failed write may have left part of a line: the next one starts afresh
+        with open(path, "a") as f:
+            f.write(line + "\n")
+    except OSError as exc:
+        if guard is None:
+            raise
+        guard.failed(exc)
+    else:
+        if guard is not None:
+            guard.succeeded()
+
+
+def _ends_torn(path: Path) -> bool:
+    with open(path, "rb") as f:
+        if f.seek(0, 2) == 0:
+            return False
+        f.seek(-1, 2)
+        return f.read(1) != b"\n"
 
 
 def read_results(run_dir: str | Path) -> list[dict]:
@@ -74,6 +100,8 @@ def run(args: ChildArgs) -> None:
         def global_step() -> int:
             return args.start_step + int(sum(r.get("env_steps") for r in sampler_rows))
 
+        guard = WriteGuard(f"{EVALS_FILE} ({args.run_dir})", "evaluations still reach TensorBoard, but the run's "
+                           "result and the checkpoints' evaluation history miss the ones not written", _print, retry_s=0)
         every = cfg.eval_every
         # from the session's start, not from now: an evaluator started late (or restarted) evaluates
         # at once for the multiples it missed, then keeps the schedule
@@ -87,14 +115,14 @@ def run(args: ChildArgs) -> None:
                     return
                 request, step = control.eval_request()
                 if request > ack:
-                    append_result(args.run_dir, evaluator.evaluate(step), time.monotonic() - t0)
+                    append_result(args.run_dir, evaluator.evaluate(step), time.monotonic() - t0, guard)
                     ack = request
                     row.set("eval_ack", float(request))
                     continue
                 step = global_step()
                 # at the last step the supervisor asks for the final evaluation itself (one, not two)
                 if phase == RUN and next_eval <= step < cfg.total_steps:
-                    append_result(args.run_dir, evaluator.evaluate(step), time.monotonic() - t0)
+                    append_result(args.run_dir, evaluator.evaluate(step), time.monotonic() - t0, guard)
                     next_eval = (step // every + 1) * every
                     continue
                 time.sleep(0.05)
