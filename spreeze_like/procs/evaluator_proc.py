@@ -62,11 +62,14 @@ def append_result(run_dir: str | Path, result: EvalResult, wall_s: float, guard:
 
 
 def _ends_torn(path: Path) -> bool:
-    with open(path, "rb") as f:
-        if f.seek(0, 2) == 0:
-            return False
-        f.seek(-1, 2)
-        return f.read(1) != b"\n"
+    try:
+        with open(path, "rb") as f:
+            if f.seek(0, 2) == 0:
+                return False
+            f.seek(-1, 2)
+            return f.read(1) != b"\n"
+    except FileNotFoundError:
+        return False
 
 
 def read_results(run_dir: str | Path) -> list[dict]:
