@@ -7,8 +7,8 @@ checkpoint, a failure message, and per role its pid, process state (``alive``, `
 ``exited``), restarts, exit description, the state word of its stats row (``starting``, ``running``,
 ``waiting``, ``done``) and its heartbeat age. The last write of a run adds every role's final
 counters (``counters``), which ``tools/bench_learner_rate.py`` reads. It is rewritten atomically
-(tmp file and rename), at most once a second; a failed write (a full disk) is ignored, since the
-file is for people and tools, not for the run.
+(tmp file and rename), at most once a second; a failed write (a full disk) is one warning line
+and the next write tries again, since the file is for people and tools, not for the run.
 
 ``evals.jsonl`` is written by the evaluator (see :mod:`spreeze_like.procs.evaluator_proc`); the
 helpers here read it back for the supervisor.
@@ -26,14 +26,18 @@ from spreeze_like.procs.children import RoleProcess, describe_exit
 from spreeze_like.procs.control import STATE_NAMES
 from spreeze_like.procs.evaluator_proc import EVALS_FILE, read_results
 from spreeze_like.rundir import write_json_atomic
+from spreeze_like.write_guard import WriteGuard
 
 STATUS_FILE = "status.json"
 
 
 def write_status(run_dir: Path, run_id: str, state: str, env_steps: int, total_steps: int, last_checkpoint: Any,
                  failure: str | None, children: dict[str, RoleProcess], snap: dict[str, dict[str, float]],
-                 final: bool = False) -> None:
-    """Write ``<run_dir>/status.json`` (see the module docstring); ``final`` adds the counters."""
+                 final: bool = False, guard: WriteGuard | None = None) -> None:
+    """Write ``<run_dir>/status.json`` (see the module docstring); ``final`` adds the counters.
+
+    A failed write (a full disk) is ``guard``'s one warning line (silent without one), never an exception.
+    """
     roles = {}
     for role, child in children.items():
         row = snap.get(role, {})
@@ -52,8 +56,12 @@ def write_status(run_dir: Path, run_id: str, state: str, env_steps: int, total_s
         status["counters"] = {r: {k: v for k, v in row.items() if k != "heartbeat_age_s"} for r, row in snap.items()}
     try:
         write_json_atomic(run_dir / STATUS_FILE, status)
-    except OSError:
-        pass  # for people and tools only: a full disk must not stop training
+    except OSError as exc:  # for people and tools only: a full disk must not stop training
+        if guard is not None:
+            guard.failed(exc)
+    else:
+        if guard is not None:
+            guard.succeeded()
 
 
 def eval_history(run_dir: Path) -> list[tuple[int, float, float]]:
