@@ -35,7 +35,10 @@ from typing import Any
 from spreeze_like.errors import ConfigError
 from spreeze_like.presets import load_presets
 
-ALGOS = ("sac", "td3", "ddpg")
+ALGOS = ("sac", "td3", "ddpg", "crossq")
+# Critic updates per actor update when --policy-delay is 0 (auto): TD3's paper uses 2, CrossQ's 3
+# (Bhatt et al. 2024); SAC and DDPG update the actor with every critic update.
+DEFAULT_POLICY_DELAY = {"td3": 2, "crossq": 3}
 
 PRECISIONS = ("auto", "fp32", "bf16")
 LEARNER_STEPS = ("auto", "eager", "cuda-graph")  # algos/graphed.py
@@ -80,6 +83,11 @@ def machine_memory_bytes() -> int:
 def max_per_machine() -> int:
     """The most samplers or torch threads a run may ask for here: PER_CORE per core, at least 16."""
     return max(16, PER_CORE * machine_cores())
+
+
+def default_policy_delay(algo: str) -> int:
+    """What ``--policy-delay 0`` (auto) stands for with ``algo``."""
+    return DEFAULT_POLICY_DELAY.get(algo, 1)
 
 
 def auto_actor_lr(env_id: str, algo: str = "sac", presets: str = "") -> float:
@@ -137,7 +145,7 @@ class TrainConfig:
     alpha_lr: float = _f(1e-3, "SAC: entropy-coefficient learning rate (Adam)")
     alpha_init: float = _f(1.0, "SAC: initial entropy coefficient (tuned automatically from there)")
     target_entropy: float | None = _f(None, "SAC: entropy target; auto = -action_dim")
-    policy_delay: int = _f(0, "critic updates per actor update; 0 = algorithm default (TD3: 2, SAC/DDPG: 1)")
+    policy_delay: int = _f(0, "critic updates per actor update; 0 = algorithm default (TD3: 2, CrossQ: 3, SAC/DDPG: 1)")
     policy_noise: float = _f(0.2, "TD3: std of the target policy smoothing noise")
     noise_clip: float = _f(0.5, "TD3: clip of the target policy smoothing noise")
     hidden_sizes: tuple[int, ...] = _f((256, 256), "hidden layer widths of actor and critic MLPs")
@@ -315,7 +323,7 @@ class TrainConfig:
         if self.learner_step == "cuda-graph" and not all(d.startswith("cuda") for d in (actor_device, critic_device)):
             raise ConfigError(f"--learner-step cuda-graph needs both learners on CUDA (actor {actor_device}, critic "
                               f"{critic_device}); use --learner-step auto or eager")
-        delay = self.policy_delay or (2 if self.algo == "td3" else 1)
+        delay = self.policy_delay or default_policy_delay(self.algo)
         actor_lr = auto_actor_lr(self.env, self.algo, self.presets) if self.actor_lr is None else self.actor_lr
         return dataclasses.replace(
             self, actor_device=actor_device, critic_device=critic_device, precision=precision, policy_delay=delay,
