@@ -39,6 +39,27 @@ def checkpoint_dir(run_dir: str | Path) -> Path:
     return Path(run_dir) / "checkpoints"
 
 
+def make_run_subfolder(run_dir: str | Path, *names: str) -> Path:
+    """``run_dir/names...`` created level by level, never ``run_dir`` itself (no ``parents=True``).
+
+    A run folder deleted or moved mid-run must not come back as a folder holding only checkpoints,
+    which ``--resume`` then refuses for its missing config.json (review finding 15): that is a
+    one-line CheckpointError instead, and so is any other failure to create the folder (a full disk).
+    """
+    folder = Path(run_dir)
+    try:
+        for name in names:
+            folder = folder / name
+            folder.mkdir(exist_ok=True)
+    except FileNotFoundError:
+        raise CheckpointError(f"run folder {run_dir} was deleted or moved while this run used it: no checkpoint can "
+                              "be written there; the run stopped") from None
+    except OSError as exc:
+        raise CheckpointError(f"cannot create {folder}: {exc.strerror or exc}; free space there (or pick another "
+                              "--logdir), then --resume the run from its last good checkpoint") from None
+    return folder
+
+
 def list_checkpoints(run_dir: str | Path) -> list[Path]:
     """Final-named checkpoints of a run, oldest first."""
     folder = checkpoint_dir(run_dir)
@@ -139,8 +160,7 @@ def save_checkpoint(run_dir: str | Path, payload: dict[str, Any], env_step: int,
     if bad:
         raise NonFiniteError(f"refused to write checkpoint at env step {env_step}: {', '.join(bad[:3])} hold NaN/inf; "
                              "the previous checkpoint stays the newest")
-    folder = checkpoint_dir(run_dir)
-    folder.mkdir(parents=True, exist_ok=True)
+    folder = make_run_subfolder(run_dir, checkpoint_dir(run_dir).name)
     for stale in folder.glob(".ckpt_*.tmp.*"):  # a killed writer's leftovers
         stale.unlink(missing_ok=True)
     path = folder / f"ckpt_{env_step:010d}.pt"

@@ -8,31 +8,137 @@ from (flag, resume, config-file, preset:<file>#<table>, autotune, python, defaul
 :mod:`spreeze_like.layering`). ``TrainConfig.from_dict`` and ``--config``/``--resume`` read such a
 file as it is; a version from before sources existed rejects the extra key. Every failure is a
 one-line SpreezeError.
+
+One writer per run folder (review finding 5): :func:`prepare_run` takes an exclusive ``flock`` on
+``<run_dir>/.lock`` before it reads or writes anything there, and the run's process (the serial
+process, or the parallel supervisor) holds it until the mode returns (:mod:`spreeze_like.modes`
+releases it) or the process dies: the kernel drops a flock with its last descriptor, so a SIGKILLed
+run leaves no stale lock to clean up. A second run or ``--resume`` of a folder in use is refused in
+one line naming the holder (pid, host, start time, which the holder writes into the file). The
+descriptor is close-on-exec, so spawned children never hold it. The file itself stays (removing a
+lock file races with the next locker); only the lock on it means anything. Why flock and not a pid
+file: a pid file outlives its writer's death and a reused pid makes it lie; the flock cannot.
+
+While the run goes, :meth:`RunContext.check_folder` (called by the modes about once a second) stops
+it in one line if the folder was deleted, moved or replaced (its device and inode no longer at the
+path, review finding 15); no writer of the run recreates it (``mkdir`` without ``parents`` below
+the run folder).
 """
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
+import socket
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from spreeze_like.checkpoint import check_compatible, load_latest
 from spreeze_like.config import SOURCES_KEY, TrainConfig
-from spreeze_like.errors import CheckpointError, ConfigError
+from spreeze_like.errors import CheckpointError, ConfigError, SpreezeError
+
+LOCK_FILE = ".lock"
+CHECK_EVERY_S = 1.0  # how often check_folder() looks at the folder (a stat; the serial loop calls it every step)
+
+
+class RunFolderError(SpreezeError):
+    """The run folder is in use by another run, or was deleted or moved while this run used it (exit 2)."""
+
+
+class RunFolderLock:
+    """An exclusive flock on ``<run_dir>/.lock`` (see the module docstring); :meth:`acquire` takes it."""
+
+    def __init__(self, run_dir: Path, fd: int) -> None:
+        self.run_dir, self.fd = run_dir, fd
+        st = os.stat(run_dir)
+        self.identity = (st.st_dev, st.st_ino)
+
+    @classmethod
+    def acquire(cls, run_dir: Path) -> RunFolderLock:
+        """Lock ``run_dir`` for this process, or raise RunFolderError naming the process that holds it."""
+        try:
+            fd = os.open(run_dir / LOCK_FILE, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise ConfigError(f"cannot write to run folder {run_dir}: {exc.strerror or exc}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _holder(fd)
+            os.close(fd)
+            raise RunFolderError(f"run folder {run_dir} is in use by {holder}; one run at a time per folder: wait "
+                                 "for that run to end (or stop it), then retry") from None
+        except OSError as exc:  # ENOLCK: a network filesystem without locks
+            os.close(fd)
+            raise RunFolderError(f"cannot lock run folder {run_dir} ({exc.strerror or exc}); use a --logdir on a "
+                                 "filesystem with file locks") from None
+        try:  # who holds it, for the message of the run refused; the lock alone is what counts
+            note = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "since": time.time()})
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, (note + "\n").encode(), 0)
+        except OSError:
+            pass  # a full disk: the message will say "another process"
+        return cls(run_dir, fd)
+
+    def folder_gone(self) -> bool:
+        """True once the path no longer names the folder that was locked (deleted, moved or replaced)."""
+        try:
+            st = os.stat(self.run_dir)
+        except OSError:
+            return True
+        return (st.st_dev, st.st_ino) != self.identity
+
+    def release(self) -> None:
+        """Drop the lock (idempotent); a dead process's lock is dropped by the kernel."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.release()
+
+
+def _holder(fd: int) -> str:
+    """``pid N on host H since <time>`` from the lock file, as its holder wrote it."""
+    try:
+        note = json.loads(os.pread(fd, 4096, 0).decode())
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(note["since"])))
+        return f"pid {int(note['pid'])} on host {note['host']} (since {since})"
+    except (OSError, ValueError, KeyError, TypeError):  # written by nothing yet, or by something else
+        return "another process"
 
 
 @dataclass
 class RunContext:
-    """Where a run writes and what it resumes from (``payload`` is None for a fresh run)."""
+    """Where a run writes and what it resumes from (``payload`` is None for a fresh run); holds the folder's lock."""
 
     run_dir: Path
     payload: dict[str, Any] | None = None
     checkpoint_path: Path | None = None
+    lock: RunFolderLock | None = field(default=None, repr=False)
+    _checked_at: float = field(default=0.0, repr=False)
+
+    def check_folder(self, force: bool = False) -> None:
+        """Raise RunFolderError if the run folder was deleted, moved or replaced (looks once a second)."""
+        now = time.monotonic()
+        if self.lock is None or (not force and now - self._checked_at < CHECK_EVERY_S):
+            return
+        self._checked_at = now
+        if self.lock.folder_gone():
+            raise RunFolderError(self.gone_message())
+
+    def gone_message(self) -> str:
+        return (f"run folder {self.run_dir} was deleted or moved while this run used it; the run stopped and wrote "
+                "nothing more (a moved folder resumes from its new place with --resume)")
+
+    def release(self) -> None:
+        """Let another run use the folder (the mode's end; :mod:`spreeze_like.modes`)."""
+        if self.lock is not None:
+            self.lock.release()
 
     @property
     def start_step(self) -> int:
@@ -70,13 +176,18 @@ def _new_run_dir(config: TrainConfig) -> Path:
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write ``path`` whole or not at all (tmp file, fsync, rename); a failed write leaves no tmp file behind."""
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=2, sort_keys=True)
-        f.write("\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            json.dump(data, f, indent=2, sort_keys=True)
+            f.write("\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def prepare_run(config: TrainConfig, sources: Mapping[str, str] | None = None) -> RunContext:
@@ -88,21 +199,29 @@ def prepare_run(config: TrainConfig, sources: Mapping[str, str] | None = None) -
         run_dir = Path(config.resume)
         if not run_dir.is_dir():
             raise ConfigError(f"--resume {config.resume}: no such run folder")
-        payload, path = load_latest(run_dir)
-        check_compatible(payload, config.env, config.algo, path)
-        if int(payload["env_steps"]) >= config.total_steps:
-            raise CheckpointError(
-                f"{path} is already at {payload['env_steps']} env steps >= --total-steps {config.total_steps}; "
-                "pass a larger --total-steps to continue"
-            )
-        context = RunContext(run_dir, payload, path)
+        lock = RunFolderLock.acquire(run_dir)  # before reading: the holder may be rotating its checkpoints
     else:
-        context = RunContext(_new_run_dir(config))
+        run_dir = _new_run_dir(config)
+        lock = RunFolderLock.acquire(run_dir)
     try:
-        saved = config.to_dict()
-        if sources is not None:
-            saved[SOURCES_KEY] = {name: sources.get(name, "default") for name in saved}
-        write_json_atomic(context.run_dir / "config.json", saved)
-    except OSError as exc:
-        raise ConfigError(f"cannot write to run folder {context.run_dir}: {exc.strerror or exc}") from None
+        context = RunContext(run_dir, lock=lock)
+        if config.resume:
+            payload, path = load_latest(run_dir)
+            check_compatible(payload, config.env, config.algo, path)
+            if int(payload["env_steps"]) >= config.total_steps:
+                raise CheckpointError(
+                    f"{path} is already at {payload['env_steps']} env steps >= --total-steps {config.total_steps}; "
+                    "pass a larger --total-steps to continue"
+                )
+            context.payload, context.checkpoint_path = payload, path
+        try:
+            saved = config.to_dict()
+            if sources is not None:
+                saved[SOURCES_KEY] = {name: sources.get(name, "default") for name in saved}
+            write_json_atomic(context.run_dir / "config.json", saved)
+        except OSError as exc:
+            raise ConfigError(f"cannot write to run folder {context.run_dir}: {exc.strerror or exc}") from None
+    except BaseException:
+        lock.release()
+        raise
     return context

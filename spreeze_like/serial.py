@@ -56,7 +56,7 @@ from spreeze_like.roles import build
 from spreeze_like.roles.monitor import Monitor
 from spreeze_like.roles.ports import LocalBoard, LocalStatsBlock
 from spreeze_like.roles.replay_writer import ReplayWriter
-from spreeze_like.rundir import RunContext
+from spreeze_like.rundir import RunContext, RunFolderError
 from spreeze_like.seeding import seed_process
 from spreeze_like.transition import TransitionLayout
 
@@ -148,6 +148,7 @@ class SerialTrainer:
                     next_ckpt = _next_multiple(steps, cfg.checkpoint_every)
                     self.save_checkpoint()
                 self.monitor.poll()
+                self.context.check_folder()  # deleted or moved: stop here, before a write re-creates anything
             if signals.received is None:
                 history = self.evaluator.history
                 final = history[-1] if history and history[-1].env_step == steps else self._evaluate(steps)
@@ -159,6 +160,9 @@ class SerialTrainer:
         except NonFiniteError as exc:
             self.close(check=False)
             raise NonFiniteError(f"{exc}. The run stopped; {self._resume_hint()}") from None
+        except RunFolderError:
+            self.close(check=False)
+            raise
         finally:
             signals.restore()
         self.close()

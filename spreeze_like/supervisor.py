@@ -234,6 +234,9 @@ class Supervisor:
             wait(sentinels, timeout=timeout)
         else:
             time.sleep(timeout)
+        if self.failure is None and self.context.lock is not None and self.context.lock.folder_gone():
+            self.user_error = self.failure = self.context.gone_message()  # before a (re)start writes there again
+            return
         now = time.monotonic()
         self._start_deferred(now)
         for child in self.children.values():

@@ -73,17 +73,32 @@ def _ends_torn(path: Path) -> bool:
 
 
 def read_results(run_dir: str | Path) -> list[dict]:
-    """Every evaluation recorded in the run folder (a torn last line from a crash is skipped)."""
+    """Every evaluation recorded in the run folder.
+
+    A line that is not one is skipped, never raised (review finding 15): torn by a crash or a full
+    disk, or valid JSON that is not an object with a numeric ``env_step`` and ``mean_return`` (a hand
+    edit, another tool's line); the supervisor reads these fields of every record.
+    """
     path = Path(run_dir) / EVALS_FILE
     if not path.is_file():
         return []
     out = []
-    for line in path.read_text().splitlines():
+    for line in path.read_text(errors="replace").splitlines():
         try:
-            out.append(json.loads(line))
+            record = json.loads(line)
         except json.JSONDecodeError:
             continue
+        if is_result(record):
+            out.append(record)
     return out
+
+
+def is_result(record: object) -> bool:
+    """True for an evaluation record: a JSON object whose ``env_step`` and ``mean_return`` are numbers."""
+    return isinstance(record, dict) and all(
+        isinstance(record.get(key), (int, float)) and not isinstance(record.get(key), bool)
+        for key in ("env_step", "mean_return")
+    )
 
 
 def run(args: ChildArgs) -> None:

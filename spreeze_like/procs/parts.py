@@ -34,7 +34,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from spreeze_like.checkpoint import atomic_torch_save, capture_process_rng, checkpoint_dir
+from spreeze_like.checkpoint import (
+    atomic_torch_save,
+    capture_process_rng,
+    checkpoint_dir,
+    make_run_subfolder,
+    resume_hint,
+)
+from spreeze_like.errors import CheckpointError
 from spreeze_like.seeding import derive_seed
 
 LEARNERS = ("critic-learner", "actor-learner")  # the roles that write parts
@@ -56,16 +63,28 @@ def to_cpu(obj: Any) -> Any:
 
 
 def write_part(run_dir: str | Path, request: int, role: str, state: dict[str, Any]) -> Path:
-    """Write one learner's part of checkpoint ``request`` atomically; returns its path."""
-    folder = parts_dir(run_dir, request)
-    folder.mkdir(parents=True, exist_ok=True)
+    """Write one learner's part of checkpoint ``request`` atomically; returns its path.
+
+    The folders below the run folder are created one by one, never the run folder itself: a run
+    folder deleted mid-run is a one-line CheckpointError here, not re-created (review finding 15).
+    """
+    folder = make_run_subfolder(run_dir, checkpoint_dir(run_dir).name, "parts", str(request))
     path = folder / f"{role}.pt"
     atomic_torch_save(to_cpu(state), path)
     return path
 
 
 def read_part(run_dir: str | Path, request: int, role: str) -> dict[str, Any]:
-    return torch.load(parts_dir(run_dir, request) / f"{role}.pt", map_location="cpu", weights_only=True)
+    """One learner's part of checkpoint ``request``; missing or unreadable is a one-line CheckpointError."""
+    path = parts_dir(run_dir, request) / f"{role}.pt"
+    try:
+        part = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - missing file, torn zip, refused pickle: all "cannot use this part"
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        raise CheckpointError(f"cannot read the {role}'s part of checkpoint {request} ({path}: {why})") from None
+    if not isinstance(part, dict) or not isinstance(part.get("learner"), dict):
+        raise CheckpointError(f"the {role}'s part of checkpoint {request} ({path}) is not a learner's state")
+    return part
 
 
 def remove_parts(run_dir: str | Path, up_to: int | None = None) -> None:
@@ -166,9 +185,12 @@ class CheckpointCoordinator:
             return "waiting"
         samplers = [(self.restored[i][0] + int(snap[f"sampler-{i}"]["env_steps"]),
                      self.restored[i][1] + int(snap[f"sampler-{i}"]["episodes"])) for i in range(cfg.samplers)]
-        payload = assemble_payload(cfg.to_dict(), read_part(self.run_dir, k, LEARNERS[0]),
-                                   read_part(self.run_dir, k, LEARNERS[1]), samplers, env_step, self.generation,
-                                   evals, cfg.seed)
+        try:
+            parts = [read_part(self.run_dir, k, role) for role in LEARNERS]
+        except CheckpointError as exc:
+            raise CheckpointError(f"{exc}; the run stopped; {resume_hint(self.last, self.run_dir)}") from None
+        payload = assemble_payload(cfg.to_dict(), parts[0], parts[1], samplers, env_step, self.generation, evals,
+                                   cfg.seed)
         self.last = save_checkpoint(self.run_dir, payload, env_step, keep=cfg.keep_checkpoints)
         remove_parts(self.run_dir, up_to=k)
         self.pending_since = None

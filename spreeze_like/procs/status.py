@@ -25,7 +25,7 @@ from typing import Any
 from spreeze_like.procs.children import RoleProcess, describe_exit
 from spreeze_like.procs.control import STATE_NAMES
 from spreeze_like.procs.evaluator_proc import EVALS_FILE, read_results
-from spreeze_like.rundir import write_json_atomic
+from spreeze_like.rundir import RunFolderError, write_json_atomic
 from spreeze_like.write_guard import WriteGuard
 
 STATUS_FILE = "status.json"
@@ -70,6 +70,26 @@ def eval_history(run_dir: Path) -> list[tuple[int, float, float]]:
 
 
 def trim_eval_history(run_dir: Path, up_to_step: int) -> None:
-    """On resume: keep only the evaluations up to the checkpoint's step (later ones are not in its curve)."""
+    """On resume: keep only the evaluations up to the checkpoint's step (later ones are not in its curve).
+
+    The file is replaced whole or not at all (tmp file, fsync, rename; review finding 15): rewritten
+    in place, a reader in another process saw it empty or partial in 4 of 10 reads during rewrites,
+    and a run killed between the truncation and the write lost the history (docs/reliability.md).
+    A failed rewrite (no room for the copy) is a one-line RunFolderError before the run starts, with
+    the file unchanged: a disk that full refuses the run's checkpoints too.
+    """
+    path = run_dir / EVALS_FILE
+    if not path.is_file():
+        return
     kept = [r for r in read_results(run_dir) if r["env_step"] <= up_to_step]
-    (run_dir / EVALS_FILE).write_text("".join(json.dumps(r) + "\n" for r in kept))
+    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
+    try:
+        with open(tmp, "w") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in kept))
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise RunFolderError(f"cannot rewrite {path} for the resume: {exc.strerror or exc} (the file is unchanged); "
+                             "free space there, then --resume again") from None
