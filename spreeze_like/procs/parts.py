@@ -82,8 +82,8 @@ def read_part(run_dir: str | Path, request: int, role: str) -> dict[str, Any]:
     except Exception as exc:  # noqa: BLE001 - missing file, torn zip, refused pickle: all "cannot use this part"
         why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
         raise CheckpointError(f"cannot read the {role}'s part of checkpoint {request} ({path}: {why})") from None
-    if not isinstance(part, dict) or not isinstance(part.get("learner"), dict):
-        raise CheckpointError(f"the {role}'s part of checkpoint {request} ({path}) is not a learner's state")
+    if not isinstance(part, dict):
+        raise CheckpointError(f"the {role}'s part of checkpoint {request} ({path}) holds no state dict")
     return part
 
 
@@ -187,6 +187,9 @@ class CheckpointCoordinator:
                      self.restored[i][1] + int(snap[f"sampler-{i}"]["episodes"])) for i in range(cfg.samplers)]
         try:
             parts = [read_part(self.run_dir, k, role) for role in LEARNERS]
+            for role, part in zip(LEARNERS, parts):
+                if not isinstance(part.get("learner"), dict) or "updates" not in part["learner"]:
+                    raise CheckpointError(f"the {role}'s part of checkpoint {k} holds no learner state")
         except CheckpointError as exc:
             raise CheckpointError(f"{exc}; the run stopped; {resume_hint(self.last, self.run_dir)}") from None
         payload = assemble_payload(cfg.to_dict(), parts[0], parts[1], samplers, env_step, self.generation, evals,

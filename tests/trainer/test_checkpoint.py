@@ -100,6 +100,7 @@ def test_finding02_a_really_full_disk_is_one_line_and_the_previous_checkpoint_st
 
     with small_tmpfs(tmp_path / "disk", 512) as disk:
         run_dir = disk / "run"
+        run_dir.mkdir()  # save_checkpoint never creates the run folder itself (review finding 15)
         small = {"roles": {"x": torch.zeros(1000)}}
         first = save_checkpoint(run_dir, small, 100)
         big = {"roles": {"x": torch.ones(1_000_000)}}  # 4 MB into a 512 KiB filesystem
