@@ -1,4 +1,4 @@
-"""Algorithms: SAC (default), TD3, DDPG, each split into a critic half and an actor half.
+"""Algorithms: SAC (default), TD3, DDPG, CrossQ, each split into a critic half and an actor half.
 
 ``make_critic_part(spec, device)`` / ``make_actor_part(spec, device)`` build the halves that the
 critic learner and the actor learner hold; ``make_policy(spec)`` builds the bare policy network
@@ -29,6 +29,10 @@ def _classes(algo: str) -> tuple[type, type]:
         from spreeze_like.algos.ddpg import DDPGActor, DDPGCritic
 
         return DDPGCritic, DDPGActor
+    if algo == "crossq":
+        from spreeze_like.algos.crossq import CrossQActor, CrossQCritic
+
+        return CrossQCritic, CrossQActor
     raise ValueError(f"unknown algorithm {algo!r}")
 
 

@@ -2,11 +2,12 @@
 
 The design splits each algorithm across two learner processes (possibly on two devices):
 
-* a :class:`CriticPart` owns the critic, its targets and optimiser (SAC: also the entropy
-  coefficient), plus a *copy* of the actor (TD3/DDPG: also the target actor) used for Q targets.
+* a :class:`CriticPart` owns the critic, its targets (none for CrossQ) and optimiser (SAC and
+  CrossQ: also the entropy coefficient), plus a *copy* of the actor (TD3/DDPG: also the target
+  actor) used for Q targets.
   ``step(batch)`` does one critic update and returns per-sample TD errors (priorities).
-* an :class:`ActorPart` owns the actor and its optimiser, plus a *copy* of the critic (SAC: also
-  the entropy coefficient) used for the policy loss. ``step(batch)`` does one actor update.
+* an :class:`ActorPart` owns the actor and its optimiser, plus a *copy* of the critic (SAC and
+  CrossQ: also the entropy coefficient) used for the policy loss. ``step(batch)`` does one actor update.
 
 Each half publishes its own networks as a flat float32 vector and loads the other's vector into
 its copy; how the vectors travel (an in-process board in ``--serial`` mode, a shared-memory weight
@@ -15,7 +16,9 @@ board in the parallel mode) is not this module's business.
 Vector layouts (all ``parameters_to_vector`` order, float32):
 
 * actor vector  = actor parameters. Samplers and the evaluator load the same vector into a policy.
-* critic vector = critic parameters, then SAC's ``log_alpha`` (one float) appended.
+* critic vector = critic parameters, then the running means and variances of its Batch
+  Renormalization layers (CrossQ only: the actor learner's copy evaluates with them), then
+  SAC's and CrossQ's ``log_alpha`` (one float).
 
 Initial weights are a pure function of the run seed (``build_*`` under a forked torch RNG), so the
 two halves start with identical copies without exchanging anything.
@@ -30,7 +33,16 @@ import numpy as np
 import torch
 from torch import nn
 
-from spreeze_like.algos.networks import Critic, actor_class, get_flat, numel, params_of, set_flat, soft_update
+from spreeze_like.algos.networks import (
+    actor_class,
+    critic_class,
+    get_flat,
+    numel,
+    params_of,
+    running_statistics,
+    set_flat,
+    soft_update,
+)
 from spreeze_like.algos.optim import FusedAdam
 from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.seeding import derive_seed
@@ -62,6 +74,8 @@ def weighted_mse(pred: torch.Tensor, target: torch.Tensor, weights: torch.Tensor
 
 class _Part:
     """Bookkeeping shared by both halves: devices, generator, state dicts."""
+
+    adam_betas: tuple[float, float] = (0.9, 0.999)  # of both halves' optimisers (CrossQ: beta1 0.5)
 
     def __init__(self, spec: AlgoSpec, device: str, role: str) -> None:
         self.spec = spec
@@ -95,10 +109,11 @@ class _Part:
             self.device
         )
 
-    def build_critic(self) -> Critic:
+    def build_critic(self) -> nn.Module:
         s = self.spec
+        cls = critic_class(s.algo)
         return seeded_build(
-            lambda: Critic(s.obs_dim, s.act_dim, s.hidden_sizes, s.n_q), derive_seed(s.seed, "critic/init")
+            lambda: cls(s.obs_dim, s.act_dim, s.hidden_sizes, s.n_q), derive_seed(s.seed, "critic/init")
         ).to(self.device)
 
     @staticmethod
@@ -130,15 +145,21 @@ class _Part:
 class CriticPart(_Part):
     """Critic-learner half. Subclasses set up networks in ``__init__`` and write ``step``."""
 
+    has_critic_target = True  # CrossQ: False, no target critic is built
+
     def __init__(self, spec: AlgoSpec, device: str) -> None:
         super().__init__(spec, device, "critic-learner")
         self.critic = self.build_critic()
-        self.critic_target = self.frozen_copy(self.critic)
         self.actor = self.build_actor().requires_grad_(False)  # copy of the actor learner's network
-        self.q_optimizer = FusedAdam(self.critic.parameters(), lr=spec.critic_lr)
-        self.modules.update(critic=self.critic, critic_target=self.critic_target, actor_copy=self.actor)
+        self.q_optimizer = FusedAdam(self.critic.parameters(), lr=spec.critic_lr, betas=self.adam_betas)
+        self.modules["critic"] = self.critic
+        if self.has_critic_target:
+            self.critic_target = self.frozen_copy(self.critic)
+            self.modules["critic_target"] = self.critic_target
+        self.modules["actor_copy"] = self.actor
         self.optimizers["q_optimizer"] = self.q_optimizer
-        self.critic_params, self.critic_target_params = params_of([self.critic]), params_of([self.critic_target])
+        self.critic_params = params_of([self.critic])
+        self.critic_target_params = params_of([self.critic_target]) if self.has_critic_target else []
         self.actor_params = params_of([self.actor])
         self.updates = 0
 
@@ -151,8 +172,10 @@ class CriticPart(_Part):
         return []
 
     def published_tensors(self) -> list[torch.Tensor]:
-        """The critic vector's tensors, in order: the critic's parameters, then the extra scalars."""
-        return self.critic_params + [t.reshape(1) for t in self.extra_critic_state()]
+        """The critic vector's tensors, in order: the critic's parameters, its running statistics
+        (CrossQ), then the extra scalars."""
+        extras = [t.reshape(1) for t in self.extra_critic_state()]
+        return self.critic_params + running_statistics(self.critic) + extras
 
     def copy_tensors(self) -> list[torch.Tensor]:
         """The tensors an actor vector loads into (this half's copy of the actor)."""
@@ -203,7 +226,7 @@ class ActorPart(_Part):
         super().__init__(spec, device, "actor-learner")
         self.actor = self.build_actor()
         self.critic = self.build_critic().requires_grad_(False)  # copy of the critic learner's network
-        self.actor_optimizer = FusedAdam(self.actor.parameters(), lr=spec.actor_lr)
+        self.actor_optimizer = FusedAdam(self.actor.parameters(), lr=spec.actor_lr, betas=self.adam_betas)
         self.modules.update(actor=self.actor, critic_copy=self.critic)
         self.optimizers["actor_optimizer"] = self.actor_optimizer
         self.actor_params, self.critic_params = params_of([self.actor]), params_of([self.critic])
@@ -227,8 +250,9 @@ class ActorPart(_Part):
         return self.actor_params
 
     def copy_tensors(self) -> list[torch.Tensor]:
-        """The tensors a critic vector loads into: the critic copy's parameters, then the extras."""
-        return self.critic_params + self.extra_copy_tensors()
+        """The tensors a critic vector loads into: the critic copy's parameters, its running
+        statistics (CrossQ), then the extras."""
+        return self.critic_params + running_statistics(self.critic) + self.extra_copy_tensors()
 
     @property
     def critic_vector_size(self) -> int:

@@ -102,8 +102,13 @@ class DeterministicActor(nn.Module):
 
 
 def actor_class(algo: str) -> type[nn.Module]:
-    """The actor network of ``algo``: a squashed Gaussian for SAC, deterministic for TD3 and DDPG."""
-    return SquashedGaussianActor if algo == "sac" else DeterministicActor
+    """The actor network of ``algo``: a squashed Gaussian for SAC and CrossQ, deterministic for TD3 and DDPG."""
+    return SquashedGaussianActor if algo in ("sac", "crossq") else DeterministicActor
+
+
+def critic_class(algo: str) -> type[nn.Module]:
+    """The critic network of ``algo``: batch-renormalised for CrossQ, a plain MLP per Q for the others."""
+    return CrossQCritic if algo == "crossq" else Critic
 
 
 class Critic(nn.Module):
@@ -116,6 +121,110 @@ class Critic(nn.Module):
     def forward(self, obs: torch.Tensor, action: torch.Tensor) -> list[torch.Tensor]:
         x = torch.cat([obs, action], dim=-1)
         return [q(x).squeeze(-1) for q in self.qs]
+
+
+class BatchRenorm(nn.Module):
+    """Batch Renormalization (Ioffe 2017) over the features of ``[B, F]`` inputs, for CrossQ's critic.
+
+    Train mode normalises with the batch's mean and standard deviation, corrected towards the
+    running statistics by ``r = clip(sigma_B / sigma, 1/r_max, r_max)`` and
+    ``d = clip((mu_B - mu) / sigma, -d_max, d_max)`` (both without gradient): ``y = gamma *
+    ((x - mu_B) / sigma_B * r + d) + beta``. For the first ``warmup`` updates ``r = 1, d = 0``, i.e.
+    plain batch normalisation, so the running statistics settle before they steer anything (the
+    CrossQ authors' warm-up of 100,000 updates, then r_max 3 and d_max 5). Eval mode uses the
+    running statistics: ``y = gamma * (x - mu) / sigma + beta``, an affine map.
+
+    The statistics are computed in float32 even inside a bf16 autocast region (a batch mean of
+    bf16 values keeps 8 bits). Variances are the batch's population variance, for normalising and
+    for the running estimate alike.
+
+    The running statistics are not updated by ``forward``: a train-mode forward keeps the batch's
+    mean and variance, and :meth:`commit` folds them in after the optimiser step, unless that step
+    was skipped for non-finite gradients (``roles/nonfinite.py``). A NaN batch would otherwise leave
+    NaN running statistics behind for good, although the guard kept every weight unchanged.
+    ``running_mean`` and ``running_var`` are updated in place: the weight boards hold references.
+    """
+
+    def __init__(self, features: int, momentum: float = 0.01, eps: float = 1e-3, warmup: int = 100_000,
+                 r_max: float = 3.0, d_max: float = 5.0) -> None:
+        super().__init__()
+        self.momentum, self.eps, self.warmup, self.r_max, self.d_max = momentum, eps, warmup, r_max, d_max
+        self.weight = nn.Parameter(torch.ones(features))
+        self.bias = nn.Parameter(torch.zeros(features))
+        self.register_buffer("running_mean", torch.zeros(features))
+        self.register_buffer("running_var", torch.ones(features))
+        self.register_buffer("steps", torch.zeros((), dtype=torch.int64))  # committed train-mode updates
+        self._batch_stats: tuple[torch.Tensor, torch.Tensor] | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x.float()
+        running_std = (self.running_var + self.eps).sqrt()
+        if not self.training:
+            scale = self.weight / running_std
+            return x * scale + (self.bias - self.running_mean * scale)
+        var, mean = torch.var_mean(x, dim=0, correction=0)
+        std = (var + self.eps).sqrt()
+        with torch.no_grad():
+            warm = self.steps >= self.warmup
+            r = torch.where(warm, (std / running_std).clamp(1.0 / self.r_max, self.r_max), 1.0)
+            d = torch.where(warm, ((mean - self.running_mean) / running_std).clamp(-self.d_max, self.d_max), 0.0)
+        self._batch_stats = (mean.detach(), var.detach())
+        scale = self.weight * r / std  # y = x * scale + shift, the formula above folded into two ops
+        return x * scale + (self.bias + self.weight * d - mean * scale)
+
+    @torch.no_grad()
+    def commit(self, keep: torch.Tensor | None = None) -> None:
+        """Fold the last train-mode batch into the running statistics; ``keep`` (0-dim bool) False skips it."""
+        if self._batch_stats is None:
+            return
+        mean, var = self._batch_stats
+        self._batch_stats = None
+        new_mean = self.running_mean.lerp(mean, self.momentum)
+        new_var = self.running_var.lerp(var, self.momentum)
+        if keep is None:
+            self.running_mean.copy_(new_mean)
+            self.running_var.copy_(new_var)
+            self.steps.add_(1)
+        else:  # where, not a 0-weight lerp: 0 * NaN is NaN
+            self.running_mean.copy_(torch.where(keep, new_mean, self.running_mean))
+            self.running_var.copy_(torch.where(keep, new_var, self.running_var))
+            self.steps.add_(keep.to(torch.int64))
+
+
+class CrossQCritic(nn.Module):
+    """CrossQ's ``n_q`` Q networks (Bhatt et al. 2024): Batch Renormalization on the input and after
+    every hidden activation, ``BRN -> [Linear -> ReLU -> BRN] x len(hidden) -> Linear`` per Q, and no
+    target copy anywhere. Same call as :class:`Critic`; :meth:`commit_statistics` after each update.
+    """
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], n_q: int = 2) -> None:
+        super().__init__()
+        self.qs = nn.ModuleList(self._q(obs_dim + act_dim, hidden) for _ in range(n_q))
+
+    @staticmethod
+    def _q(in_dim: int, hidden: Sequence[int]) -> nn.Sequential:
+        layers: list[nn.Module] = [BatchRenorm(in_dim)]
+        for width in hidden:
+            layers += [nn.Linear(in_dim, width), nn.ReLU(), BatchRenorm(width)]
+            in_dim = width
+        layers.append(FP32Linear(in_dim, 1))
+        return nn.Sequential(*layers)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> list[torch.Tensor]:
+        x = torch.cat([obs, action], dim=-1)
+        return [q(x).squeeze(-1) for q in self.qs]
+
+    def commit_statistics(self, keep: torch.Tensor | None = None) -> None:
+        """Fold the last train-mode batch into every layer's running statistics (see :meth:`BatchRenorm.commit`)."""
+        for m in self.modules():
+            if isinstance(m, BatchRenorm):
+                m.commit(keep)
+
+
+def running_statistics(module: nn.Module) -> list[torch.Tensor]:
+    """The running means and variances of ``module``'s Batch Renormalization layers, in module order
+    (what travels in the critic vector after the parameters); empty for networks without them."""
+    return [t for m in module.modules() if isinstance(m, BatchRenorm) for t in (m.running_mean, m.running_var)]
 
 
 # --- flat parameter vectors (the weight-board format) ------------------------------------------------

@@ -9,7 +9,8 @@ learners do. Measured: ``tools/bench_sampler.py`` (BENCHMARKS.md, "Trainer").
 The vector layout is the actor's ``parameters_to_vector`` order (``algos/networks.py``): each
 ``nn.Linear`` contributes its weight ``[out, in]`` and then its bias ``[out]``, in module order.
 
-* SAC (:class:`~spreeze_like.algos.networks.SquashedGaussianActor`): the trunk's linears
+* SAC and CrossQ (:class:`~spreeze_like.algos.networks.SquashedGaussianActor`; CrossQ's actor is
+  SAC's, its Batch Renormalization is in the critic only): the trunk's linears
   ``obs -> hidden[0] -> ... -> hidden[-1]`` (ReLU after each), then the ``mean`` head, then the
   ``log_std`` head. Exploring draws ``tanh(mean + std * eps)``; acting deterministically is
   ``tanh(mean)``.
@@ -17,7 +18,8 @@ The vector layout is the actor's ``parameters_to_vector`` order (``algos/network
   ``obs -> hidden ... -> act`` with ReLU between them and tanh at the end. Exploring adds
   ``noise_std * eps`` and clips to ``[-1, 1]``.
 
-``tests/trainer/test_numpy_policy.py`` checks both against the torch modules on the same vector.
+``tests/trainer/test_numpy_policy.py`` checks both against the torch modules on the same vector,
+``tests/trainer/test_crossq.py`` CrossQ's against its trained actor learner.
 """
 
 from __future__ import annotations
@@ -37,7 +39,7 @@ class NumpyPolicy:
     """
 
     def __init__(self, spec: AlgoSpec) -> None:
-        self.squashed_gaussian = spec.algo == "sac"
+        self.squashed_gaussian = spec.algo in ("sac", "crossq")  # algos/networks.actor_class
         widths = [spec.obs_dim, *spec.hidden_sizes]
         shapes = [(out, inp) for inp, out in itertools.pairwise(widths)]
         heads = 2 if self.squashed_gaussian else 1  # SAC: mean and log_std; TD3/DDPG: the output layer

@@ -190,15 +190,18 @@ def vector_sizes(spec: Any) -> tuple[int, int]:
     """(actor, critic) weight-vector lengths of an algorithm, without real tensors.
 
     The networks are built on torch's ``meta`` device, which allocates nothing and never touches
-    CUDA, so the supervisor can size the weight boards while keeping its no-CUDA rule.
+    CUDA, so the supervisor can size the weight boards while keeping its no-CUDA rule. The critic
+    vector is the critic's parameters, its running statistics (CrossQ's Batch Renormalization
+    layers) and the actor half's ``n_extra_critic_state`` scalars (``algos/base.py``).
     """
     import torch
 
     from spreeze_like.algos import _classes, actor_class
-    from spreeze_like.algos.networks import Critic
+    from spreeze_like.algos.networks import critic_class, running_statistics
 
     with torch.device("meta"):
         actor = actor_class(spec.algo)(spec.obs_dim, spec.act_dim, spec.hidden_sizes)
-        critic = Critic(spec.obs_dim, spec.act_dim, spec.hidden_sizes, spec.n_q)
+        critic = critic_class(spec.algo)(spec.obs_dim, spec.act_dim, spec.hidden_sizes, spec.n_q)
     extra = int(getattr(_classes(spec.algo)[1], "n_extra_critic_state", 0))
-    return sum(p.numel() for p in actor.parameters()), sum(p.numel() for p in critic.parameters()) + extra
+    critic_state = [*critic.parameters(), *running_statistics(critic)]
+    return sum(p.numel() for p in actor.parameters()), sum(t.numel() for t in critic_state) + extra
