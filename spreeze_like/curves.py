@@ -35,7 +35,8 @@ most the row being written, and a machine crash may leave a torn last line, whic
 :func:`read_curves` skips and the next writer cuts off. On resume the writer rewrites the file
 (a temporary file and ``os.replace``) without the rows past the checkpoint, so the curve continues
 from there as TensorBoard's does (the monitor's ``purge_step``); a monitor restarted within a
-session appends to the file as it is.
+session appends to the file as it is. A failed write (a full disk) is one warning line, never an
+exception: rows are dropped until a reopen, tried once a minute, succeeds (review finding 7).
 """
 
 from __future__ import annotations
@@ -45,12 +46,13 @@ import io
 import json
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 from spreeze_like.errors import ConfigError
+from spreeze_like.write_guard import WriteGuard
 
 CURVES_FILE = "curves.csv"
 FORMAT = "spreeze-curves/1"
@@ -136,9 +138,13 @@ def write_curves(run_dir: str | Path, meta: Mapping[str, Any], points: Iterable[
 
 def _replace(path: Path, text: str) -> None:
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk leaves no half-written temporary file
+        raise
 
 
 def _parse_row(line: str) -> CurvePoint:
@@ -214,17 +220,33 @@ class CurveWriter:
             ``# session`` line gives the offset).
     """
 
-    def __init__(self, run_dir: str | Path, meta: Mapping[str, Any], resume_step: int | None = None) -> None:
+    def __init__(self, run_dir: str | Path, meta: Mapping[str, Any], resume_step: int | None = None,
+                 warn: Callable[[str], None] | None = None, retry_s: float = 60.0) -> None:
         self.path = curves_path(run_dir)
-        if not self.path.exists():
-            self.wall_offset = 0.0
-            _replace(self.path, _header(meta) + _session_line(resume_step or 0, 0.0))
-        elif resume_step is not None:
-            self.wall_offset = self._cut_after(resume_step)
-        else:
-            self.wall_offset = self._continue()
-        # line buffered: each row reaches the file with one write(); closed by close()
-        self._file = open(self.path, "a", buffering=1)  # noqa: SIM115
+        self.meta, self._resume_step = meta, resume_step
+        self.wall_offset = 0.0
+        self.guard = WriteGuard(f"{CURVES_FILE} ({self.path.parent})",
+                                f"its rows are dropped until a retry (every {retry_s:.0f} s) succeeds", warn, retry_s)
+        self._file: TextIO | None = None
+        self._open()
+
+    def _open(self) -> None:
+        """Create, cut (resume) or continue the file, and open it for appends; a failure is the guard's."""
+        try:
+            if not self.path.exists():
+                self.wall_offset = 0.0
+                _replace(self.path, _header(self.meta) + _session_line(self._resume_step or 0, 0.0))
+            elif self._resume_step is not None:
+                self.wall_offset = self._cut_after(self._resume_step)
+            else:  # also a reopen after a failed write: a torn row is cut off, the session's offset kept
+                self.wall_offset = self._continue()
+            # line buffered: each row reaches the file with one write(); closed by close()
+            self._file = open(self.path, "a", buffering=1)  # noqa: SIM115
+        except OSError as exc:
+            self.guard.failed(exc)
+            return
+        self._resume_step = None  # cut once; a reopen continues this session
+        self.guard.succeeded()
 
     def _cut_after(self, resume_step: int) -> float:
         """Rewrite the file without the rows (and session notes) past ``resume_step``; returns the offset."""
@@ -256,11 +278,34 @@ class CurveWriter:
         return float(json.loads(notes[-1][len(_SESSION_PREFIX):])["wall_offset"]) if notes else 0.0
 
     def add(self, kind: Kind, wall_s: float, env_steps: int, episode_return: float, episodes: int) -> None:
-        """One row; ``wall_s`` is seconds since this session started (the writer adds the offset)."""
+        """One row; ``wall_s`` is seconds since this session started (the writer adds the offset).
+
+        A failed write (a full disk) drops the row and closes the file; the guard warns once and a
+        later row reopens it (every ``retry_s``). Never raises ``OSError``.
+        """
         if not math.isfinite(episode_return):
             return  # a NaN mean says nothing a plot can show; the row would only break readers' sums
-        self._file.write(CurvePoint(kind, self.wall_offset + wall_s, int(env_steps), float(episode_return),
-                                    int(episodes)).to_line())
+        if self._file is None:
+            if not self.guard.may_try():
+                return
+            self._open()
+            if self._file is None:
+                return
+        try:
+            self._file.write(CurvePoint(kind, self.wall_offset + wall_s, int(env_steps), float(episode_return),
+                                        int(episodes)).to_line())
+        except OSError as exc:
+            self._drop(exc)
+
+    def _drop(self, exc: OSError | None) -> None:
+        file, self._file = self._file, None
+        if file is not None:
+            try:
+                file.close()  # tries the buffer once more; the descriptor is closed whatever happens
+            except OSError as again:
+                exc = exc or again
+        if exc is not None:
+            self.guard.failed(exc)
 
     def close(self) -> None:
-        self._file.close()
+        self._drop(None)

@@ -19,7 +19,8 @@ checkpoint; no checkpoint is written from a non-finite state.
 Ctrl-C and SIGTERM (when ``train()`` runs in the main thread) are turned into a stop request that the
 loop reads between env steps, as the parallel supervisor does: the run stops after the current step
 and its updates, writes a checkpoint, and raises ``KeyboardInterrupt`` (SIGTERM: ``SystemExit(143)``).
-A second signal raises at once, without a checkpoint. Why not let ``KeyboardInterrupt`` land anywhere:
+A second signal raises at once, without a checkpoint (a second SIGTERM: ``SystemExit(143)``), and
+further signals are ignored while the roles close. Why not let ``KeyboardInterrupt`` land anywhere:
 it can land inside ``torch.autocast.__enter__`` after the nesting count went up, which leaves the
 bf16 weight-cast cache of this thread on for good; a later ``train()`` in the same process then
 computes with its networks' first weights forever and learns nothing (seen in the benchmark, which
@@ -154,8 +155,11 @@ class SerialTrainer:
                 final = history[-1] if history and history[-1].env_step == steps else self._evaluate(steps)
             last_checkpoint = self.save_checkpoint()
         except KeyboardInterrupt:  # a second signal (or the caller's own, off the main thread): no checkpoint
+            # the handler already ignores further signals (StopSignals.hold): this close is not cut short
             self.print_fn(f"[spreeze] forced stop at {self.env_steps():,} env steps; {self._resume_hint()}")
             self.close(check=False)
+            if signals.forced == signal.SIGTERM:  # forced by SIGTERM: its exit status, as for the orderly stop
+                raise SystemExit(128 + signal.SIGTERM) from None
             raise
         except NonFiniteError as exc:
             self.close(check=False)

@@ -58,6 +58,7 @@ from spreeze_like.procs.control import (
     error_file,
     parallel_schema,
 )
+from spreeze_like.procs.descendants import Reaper, kill_tagged
 from spreeze_like.procs.evaluator_proc import read_results
 from spreeze_like.procs.parts import LEARNERS, CheckpointCoordinator, remove_parts
 from spreeze_like.procs.segments import OwnedSegments, RunSegments, vector_sizes
@@ -65,11 +66,18 @@ from spreeze_like.procs.status import eval_history, trim_eval_history, write_sta
 from spreeze_like.results import TrainResult
 from spreeze_like.rundir import RunContext
 from spreeze_like.seeding import derive_seed
+from spreeze_like.write_guard import WriteGuard
 
-# Seconds without a heartbeat after which a role counts as hung. Learners beat between updates and
-# evaluators between evaluations, so theirs are generous; a sampler beats every env step.
-HANG_S = {"sampler": 60.0, "critic-learner": 180.0, "actor-learner": 180.0, "evaluator": 600.0, "monitor": 120.0}
+# Seconds without a heartbeat after which a role counts as hung: --sampler-hang-s, --learner-hang-s and
+# --evaluator-hang-s (a slow simulator needs more), and a fixed limit for the monitor, which runs no
+# user code: it only reads shared memory and writes files, and a full disk does not stop it (finding 7).
+MONITOR_HANG_S = 120.0
 STARTUP_GRACE_S = 120.0  # importing torch on a loaded machine can take this long before the first beat
+# A supervisor loop that did not run for this long was stopped or frozen with its children (Ctrl-Z,
+# SIGSTOP of the process group, a frozen cgroup): the heartbeat ages it reads then count the pause, not
+# a hang, so the hang clocks restart (finding 8). Its loop runs every 20-50 ms; the longest work in it,
+# assembling a checkpoint, takes well under a second.
+PAUSE_GAP_S = 2.0
 HALT_WAIT_S = 5.0  # Ctrl-C: learners finish the update in hand within this, or the checkpoint is skipped
 JOIN_S = 10.0
 DEFER_MAX_S = 60.0  # the evaluator and monitor start when the learners are up, or after this at the latest
@@ -101,6 +109,16 @@ class Supervisor:
         self.failure: str | None = None
         self.user_error: str | None = None
         self._status_t = 0.0
+        self.status_guard = WriteGuard("status.json", "it is stale until a write succeeds (tried every second)",
+                                       self.say, retry_s=0.0)
+        self.hang_s = {"sampler": config.sampler_hang_s, "critic-learner": config.learner_hang_s,
+                       "actor-learner": config.learner_hang_s, "evaluator": config.evaluator_hang_s,
+                       "monitor": MONITOR_HANG_S}
+        self._checked_at: float | None = None  # the last hang check (monotonic)
+        self._clocks_from = -math.inf  # hang ages count from here at the earliest (the end of the last pause)
+        self._stopped_seen: dict[str, float] = {}  # role -> when its process was last seen stopped (state T)
+        self._hang_killed: dict[str, int | None] = {}  # role -> the pid killed as hung (it may take a while to go)
+        self.reaper = Reaper(self.run_id)
         self.stopped_early = False
         self.evaluations_seen = 0
         payload = context.payload or {}
@@ -119,6 +137,7 @@ class Supervisor:
         self.signals.install()
         try:
             self._create_segments()
+            self.reaper.start()  # before any role: kills their envs' processes if this process is SIGKILLed
             self._spawn_all()
             self.state = "running"
             self._watch()
@@ -127,14 +146,21 @@ class Supervisor:
             self.failure = self.failure or str(exc)
             self.state = "failed"
             raise
+        except KeyboardInterrupt:  # a second Ctrl-C or SIGTERM forced the exit (or the orderly Ctrl-C's own)
+            if self.state not in ("finished", "interrupted", "failed"):
+                self.state = "interrupted"
+            if self.signals.forced == signal.SIGTERM:  # SIGTERM's exit status, as for the orderly stop
+                raise SystemExit(128 + signal.SIGTERM) from None
+            raise
         finally:
-            self.signals.ignore_sigint()
+            self.signals.hold()  # nothing below may be cut short by another signal (finding 18)
             try:
                 self._force_stop()
                 self._write_status(force=True)
             finally:
                 if self.owned is not None:
                     self.owned.unlink_all()
+                self.reaper.stop()
                 self.signals.restore()
 
     def _create_segments(self) -> None:
@@ -179,7 +205,7 @@ class Supervisor:
         for role, module, restartable, extra in roles:
             index = int(role.split("-")[1]) if role.startswith("sampler-") else 0
             self.children[role] = RoleProcess(self.ctx, role, module, self._args_maker(role, index, extra), restartable,
-                                              max_restarts=cfg.max_restarts)
+                                              max_restarts=cfg.max_restarts, run_id=self.run_id)
         # The evaluator and the monitor start once the learners are up: on a small machine five torch
         # imports at once would delay the first update by the two that are not needed yet.
         self.deferred = [self.children["evaluator"], self.children["monitor"]]
@@ -242,6 +268,9 @@ class Supervisor:
         for child in self.children.values():
             if child.new_death():
                 self._on_death(child, now)
+                if child.leftovers:
+                    self.say(f"[spreeze] killed {len(child.leftovers)} process(es) that {child.role}'s env had started "
+                             f"and left running (pids {', '.join(map(str, child.leftovers))})")
             elif child.restart_due(now) and self.state in ("running", "finishing"):
                 child.restart()
                 self.me.add("restarts")
@@ -268,17 +297,43 @@ class Supervisor:
             self.say(f"[spreeze] {child.role} (pid {child.pid}) died ({how}); restarting it in {delay:.0f} s")
 
     def _check_hangs(self, now: float) -> None:
+        """Kill a role whose heartbeat is older than its limit, unless the age counts a pause (finding 8).
+
+        Heartbeats and this check use CLOCK_MONOTONIC (``time.monotonic``), which keeps counting while
+        processes are stopped or frozen but not while the machine is suspended, like CLOCK_BOOTTIME
+        would: after a suspend no age has grown. A stop or freeze of the whole run (Ctrl-Z, SIGSTOP of
+        the process group, a frozen cgroup, a SLURM suspend) stops this loop too, so a gap of more than
+        :data:`PAUSE_GAP_S` between two checks restarts every hang clock; a role whose own process is
+        stopped (``T`` in ``/proc``; one process stopped alone) is not hung either, and its clock restarts
+        when it is seen running again. A role hung meanwhile is still killed, one limit after the pause.
+        """
+        if self._checked_at is not None and now - self._checked_at > PAUSE_GAP_S:
+            self._clocks_from = now
+            self.say(f"[spreeze] this process did not run for {now - self._checked_at:.0f} s (the run was stopped "
+                     "or frozen); heartbeat ages restart from now")
+        self._checked_at = now
         for role, child in self.children.items():
-            kind = "sampler" if role.startswith("sampler-") else role
-            if not child.alive or now - child.started_at < STARTUP_GRACE_S:
+            if not child.alive or self._hang_killed.get(role) == child.pid:
                 continue
-            age = self.block.heartbeat_age(role)
-            if age > HANG_S[kind]:
-                self.say(f"[spreeze] {role} (pid {child.pid}) has not beaten for {age:.0f} s; killing it")
-                child.kill_now()
-                if not child.restartable:
-                    child.new_death()
-                    self.failure = f"{role} (pid {child.pid}) hung for {age:.0f} s and was killed; {self._resume_hint()}"
+            limit = self.hang_s["sampler" if role.startswith("sampler-") else role]
+            since = max(self._clocks_from, self._stopped_seen.get(role, -math.inf))
+            if self.block.pid(role) != child.pid:  # still starting (importing torch, say): no beat of its own yet
+                age = now - max(child.started_at, since)
+                if age <= max(STARTUP_GRACE_S, limit):
+                    continue
+            else:
+                age = min(self.block.heartbeat_age(role, now), now - since)
+                if age <= limit:
+                    continue
+            if _stopped(child.pid):
+                self._stopped_seen[role] = now
+                continue
+            self.say(f"[spreeze] {role} (pid {child.pid}) has not beaten for {age:.0f} s; killing it")
+            self._hang_killed[role] = child.pid
+            child.kill_now()
+            if not child.restartable:
+                child.new_death()
+                self.failure = f"{role} (pid {child.pid}) hung for {age:.0f} s and was killed; {self._resume_hint()}"
 
     def _global_step(self, snap: dict[str, dict[str, float]]) -> int:
         steps = self.context.start_step + int(sum(snap[f"sampler-{i}"]["env_steps"] for i in range(self.config.samplers)))
@@ -396,12 +451,14 @@ class Supervisor:
         if self.owned is not None and self.owned.stats is not None:
             with contextlib.suppress(Exception):  # the block may be half-created
                 self.control.set("phase", float(EXIT))
-        forced = self.signals.received is not None and self.state not in ("finished", "interrupted", "failed")
+        forced = self.signals.forced is not None or (
+            self.signals.received is not None and self.state not in ("finished", "interrupted", "failed"))
         deadline = time.monotonic() + (0.0 if forced else 2.0)
         for child in self.children.values():
             if forced:
                 child.kill_now()
-            child.stop(deadline)
+            child.stop(deadline)  # also kills what its env started and left running
+        kill_tagged(self.run_id)  # and whatever an earlier process of a role left
         remove_parts(self.run_dir)
 
     # --- signals and status --------------------------------------------------------------------------------------
@@ -413,12 +470,15 @@ class Supervisor:
         snap = self.block.snapshot() if self.owned is not None and self.owned.stats is not None else {}
         steps = int(snap.get(SUPERVISOR, {}).get("env_steps", 0))
         write_status(self.run_dir, self.run_id, self.state, steps, self.config.total_steps, self._last_checkpoint(),
-                     self.failure, self.children, snap, final=force)
+                     self.failure, self.children, snap, final=force, guard=self.status_guard)
 
     def _take_error_line(self, child: RoleProcess) -> str:
         """The one line a child left in its error file (removed once read), or a generic one."""
         path = error_file(self.run_dir, child.role)
-        said = path.read_text().strip() if path.is_file() else f"{child.role} failed"
+        try:
+            said = path.read_text().strip()
+        except OSError:  # it could not write its line (a full disk): it printed it above instead
+            said = f"{child.role} failed (its message is above)"
         path.unlink(missing_ok=True)
         return said
 
@@ -427,3 +487,13 @@ class Supervisor:
 
     def _last_checkpoint(self) -> Path | None:
         return self.ckpt.last if hasattr(self, "ckpt") else self.context.checkpoint_path
+
+
+def _stopped(pid: int | None) -> bool:
+    """True if ``pid`` is stopped (``T``: SIGSTOP, SIGTSTP; ``t``: a debugger), from ``/proc/<pid>/stat``."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            stat = f.read()
+    except OSError:
+        return False
+    return stat[stat.rfind(b")") + 2:][:1] in (b"T", b"t")  # the state follows the command name's ")"

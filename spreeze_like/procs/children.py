@@ -15,6 +15,7 @@ orderly stop. (A blocked signal mask would not help: the spawn start method rese
 from __future__ import annotations
 
 import contextlib
+import multiprocessing.resource_tracker
 import os
 import signal
 import threading
@@ -24,6 +25,7 @@ from multiprocessing.context import BaseContext
 from typing import Any
 
 from spreeze_like.procs.control import ChildArgs, child_main
+from spreeze_like.procs.descendants import TAG_VAR, kill_tagged, role_tag
 from spreeze_like.procs.pacing import backoff_s
 
 STABLE_S = 60.0  # a child that lived this long before dying starts its back-off from the beginning again
@@ -57,15 +59,22 @@ CHILD_ENV = {"OPENBLAS_NUM_THREADS": "1"}
 
 
 @contextlib.contextmanager
-def child_environment() -> Iterator[None]:
-    """:data:`CHILD_ENV` in ``os.environ`` while a child is spawned (it copies the environment then)."""
-    added = [k for k in CHILD_ENV if k not in os.environ]
-    os.environ.update({k: CHILD_ENV[k] for k in added})
+def child_environment(tag: str | None = None) -> Iterator[None]:
+    """:data:`CHILD_ENV` (and the role's ``tag``, :mod:`~spreeze_like.procs.descendants`) in ``os.environ``
+    while a child is spawned (it copies the environment then)."""
+    extra = {k: v for k, v in CHILD_ENV.items() if k not in os.environ}
+    if tag is not None:
+        extra[TAG_VAR] = tag
+    saved = {k: os.environ.get(k) for k in extra}
+    os.environ.update(extra)
     try:
         yield
     finally:
-        for k in added:
-            os.environ.pop(k, None)
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -90,6 +99,12 @@ class RoleProcess:
         make_args: builds the child's arguments for a given restart count.
         restartable: restart after a death (samplers, evaluator, monitor) or end the run (learners).
         max_restarts: restarts allowed within any :data:`RESTART_WINDOW_S`; one more death ends the run.
+        run_id: the run's id, the first part of each process's tag (see below).
+
+    Each process is spawned with its tag, ``<run_id>/<role>/<restart>``, in its environment; once it
+    has died (or been stopped) every process still carrying that tag, which its env started, is
+    SIGKILLed (:func:`~spreeze_like.procs.descendants.kill_tagged`, review finding 18), and their pids
+    are in :attr:`leftovers`.
 
     The budget is a sliding window, not a total: a long run may lose a sampler to a flaky env (or
     a kill) now and then for hours, but an env that crashes at every start exhausts it in minutes
@@ -97,9 +112,11 @@ class RoleProcess:
     """
 
     def __init__(self, ctx: BaseContext, role: str, module: str, make_args: Callable[[int], ChildArgs],
-                 restartable: bool, max_restarts: int = 10) -> None:
+                 restartable: bool, max_restarts: int = 10, run_id: str = "run") -> None:
         self.ctx, self.role, self.module, self.make_args = ctx, role, module, make_args
-        self.restartable, self.max_restarts = restartable, max_restarts
+        self.restartable, self.max_restarts, self.run_id = restartable, max_restarts, run_id
+        self.tag: str | None = None  # the current process's tag
+        self.leftovers: list[int] = []  # processes of its env killed after its last death
         self.process: Any = None
         self.restarts = 0  # restarts done in this session
         self.deaths: list[float] = []  # monotonic times of the deaths that led to a restart decision
@@ -113,9 +130,13 @@ class RoleProcess:
     def start(self) -> None:
         args = self.make_args(self.restarts)
         process = self.ctx.Process(target=child_main, args=(self.module, args), name=self.role, daemon=True)
-        with child_environment():
+        # multiprocessing starts its resource tracker at the first spawn, with the environment of the
+        # moment: started here, before the tag is set, it is never taken for a role's leftover
+        multiprocessing.resource_tracker.ensure_running()
+        tag = role_tag(self.run_id, self.role, self.restarts)
+        with child_environment(tag):
             start_ignoring_sigint(process)  # on failure self.process stays what it was: never a never-started one
-        self.process = process
+        self.process, self.tag = process, tag
         self.started_at = time.monotonic()
         self.restart_at = None
         self.death_handled = False
@@ -139,7 +160,13 @@ class RoleProcess:
         self.process.join(0)
         self.last_exit = self.process.exitcode
         self.death_handled = True
+        self._kill_leftovers()
         return True
+
+    def _kill_leftovers(self) -> None:
+        """SIGKILL what the dead process's env started and left running (its ``close`` never ran)."""
+        if self.tag is not None:
+            self.leftovers = kill_tagged(self.tag)
 
     def recent_deaths(self, now: float) -> int:
         """Deaths within the last :data:`RESTART_WINDOW_S`, this one included once recorded."""
@@ -183,6 +210,7 @@ class RoleProcess:
         if not self.death_handled and not self.process.is_alive():
             self.last_exit = self.process.exitcode
             self.death_handled = True
+        self._kill_leftovers()
 
     def state(self) -> str:
         if self.process is None:
@@ -199,27 +227,40 @@ class StopSignals:
 
     :meth:`install` replaces the SIGINT and SIGTERM handlers (main thread only: a ``train()`` called
     from another thread leaves signals to its caller); :attr:`received` is the first signal's
-    number; a second signal raises ``KeyboardInterrupt`` wherever the supervisor is. :meth:`restore`
-    puts the previous handlers back.
+    number; a second signal raises ``KeyboardInterrupt`` wherever the supervisor is, its number in
+    :attr:`forced`. :meth:`restore` puts the previous handlers back.
+
+    The cleanup after a forced stop must not be cut short (review finding 18): it joins and kills
+    the children, kills their envs' processes, writes the final ``status.json`` and unlinks the
+    segments. So the second signal's handler ignores both signals *before* it raises, leaving no
+    instant in which a third one could raise again, and :meth:`hold` does the same at the start of
+    every final cleanup. The cleanup is bounded (a forced stop kills the children: a few seconds at
+    most), and SIGKILL still ends the process (the next start sweeps its segments).
     """
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self) -> None:
         self.received: int | None = None
+        self.forced: int | None = None
         self._old: dict[int, Any] = {}
 
     def install(self) -> None:
         if threading.current_thread() is threading.main_thread():
-            self._old = {sig: signal.signal(sig, self._handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+            self._old = {sig: signal.signal(sig, self._handler) for sig in self.SIGNALS}
 
     def _handler(self, signum: int, frame: Any) -> None:
         if self.received is not None:
+            self.forced = signum
+            self.hold()
             raise KeyboardInterrupt
         self.received = signum
 
-    def ignore_sigint(self) -> None:
-        """For the last cleanup (milliseconds): a third Ctrl-C must not cut it short."""
+    def hold(self) -> None:
+        """Ignore Ctrl-C and SIGTERM until :meth:`restore` (the last cleanup)."""
         if self._old:
-            signal.signal(signal.SIGINT, signal.SIG_IGN)
+            for sig in self.SIGNALS:
+                signal.signal(sig, signal.SIG_IGN)
 
     def restore(self) -> None:
         for sig, handler in self._old.items():

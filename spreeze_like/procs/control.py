@@ -21,7 +21,8 @@ ignores SIGINT (the supervisor orchestrates shutdown), sets the torch threads, r
 turns a user-facing :class:`~spreeze_like.errors.SpreezeError` into a one-line message file plus
 exit status :data:`EXIT_USER_ERROR` (a usage error: the run ends with exit status 2) or
 :data:`EXIT_ROLE_ERROR` (a training failure such as :class:`~spreeze_like.errors.NonFiniteError`:
-the run ends with exit status 1, naming the last good checkpoint) that the supervisor re-raises. A child creates no segment and
+the run ends with exit status 1, naming the last good checkpoint) that the supervisor re-raises
+(where the file cannot be written, a full disk, the line goes to stderr instead). A child creates no segment and
 no process: if it crashes, only its own mapping goes; the supervisor decides what happens next.
 """
 
@@ -183,7 +184,11 @@ def child_main(module: str, args: ChildArgs) -> None:
     try:
         importlib.import_module(f"spreeze_like.procs.{module}").run(args)
     except SpreezeError as exc:
-        error_file(args.run_dir, args.role).write_text(str(exc).splitlines()[0] if str(exc) else type(exc).__name__)
+        line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        try:
+            error_file(args.run_dir, args.role).write_text(line)
+        except OSError:  # a full disk (the error may well be that): the line goes to stderr, above the supervisor's
+            print(f"[spreeze] {args.role}: {line}", file=sys.stderr, flush=True)
         _fast_exit(EXIT_USER_ERROR if exc.exit_code == SpreezeError.exit_code else EXIT_ROLE_ERROR)
     _fast_exit(0)
 

@@ -113,6 +113,7 @@ def run(args: ChildArgs) -> None:
         control = Control(block)
         sampler_rows = [block.role(r) for r in block.roles if r.startswith("sampler-")]
         evaluator = build.evaluator(cfg, spec, shm.board("actor", "reader"), row)
+        evaluator.beat = row.beat  # during an evaluation too: it may last longer than --evaluator-hang-s
         ack = int(row.get("eval_ack"))  # a restarted evaluator does not repeat an answered request
 
         def global_step() -> int:

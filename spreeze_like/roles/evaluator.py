@@ -15,7 +15,9 @@ observation that does not match the env's declared Box raises :class:`~spreeze_l
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -24,6 +26,10 @@ from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.envs import make_env, obs_vector, reset_env
 from spreeze_like.roles.ports import StatsWriter, WeightsSource
 from spreeze_like.seeding import derive_seed
+
+
+def _no_beat() -> None:
+    pass
 
 # An env without a time limit could run forever under a good policy; cap its evaluation episode.
 MAX_EVAL_STEPS = 10_000
@@ -52,6 +58,10 @@ class Evaluator:
         self.policy = NumpyPolicy(spec)
         self._vec = np.zeros(self.policy.size, dtype=np.float32)
         self.history: list[EvalResult] = []
+        # Called between env resets and after every batched step: the parallel mode sets the heartbeat of
+        # its stats row here, so an evaluation longer than --evaluator-hang-s is not taken for a hang
+        # (finding 9), while a single step that hangs still is.
+        self.beat: Callable[[], None] = _no_beat
 
     def evaluate(self, env_step: int) -> EvalResult:
         """Run one deterministic episode per env with the newest actor; returns and logs the result."""
@@ -59,12 +69,7 @@ class Evaluator:
         if version > 0:
             self.policy.load(self._vec)
         n = len(self.envs)
-        obs = np.stack(
-            [
-                reset_env(env, self.env_id, seed=derive_seed(self.spec.seed, "evaluator", i))
-                for i, env in enumerate(self.envs)
-            ]
-        )
+        obs = np.stack([self._reset(env, i) for i, env in enumerate(self.envs)])
         returns = np.zeros(n, dtype=np.float64)
         lengths = np.zeros(n, dtype=np.int64)
         running = np.ones(n, dtype=bool)
@@ -77,6 +82,7 @@ class Evaluator:
                 lengths[i] += 1
                 if terminated or truncated:
                     running[i] = False
+            self.beat()
             if not running.any():
                 break
         result = EvalResult(env_step, float(returns.mean()), tuple(returns.tolist()), tuple(lengths.tolist()), version)
@@ -87,6 +93,10 @@ class Evaluator:
         self.stats.set("eval_version", float(version))
         self.stats.add("evaluations")
         return result
+
+    def _reset(self, env: Any, i: int) -> np.ndarray:
+        self.beat()
+        return reset_env(env, self.env_id, seed=derive_seed(self.spec.seed, "evaluator", i))
 
     def close(self) -> None:
         for env in self.envs:

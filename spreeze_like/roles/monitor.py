@@ -18,6 +18,9 @@ It also owns the run's learning curves, ``curves.csv`` (:mod:`spreeze_like.curve
 row per write that saw episodes end (their mean and count) and an ``eval`` row per evaluation, at
 the seconds since ``session_start``; and it writes the custom-scalars layout (:data:`SCALARS_LAYOUT`)
 once per session, so TensorBoard's "Custom Scalars" tab opens with the main charts grouped.
+
+A write that fails (a full disk) never raises out of the monitor: the event writer and the curve
+writer each say so in one line through ``print_fn`` and retry once a minute (review finding 7).
 """
 
 from __future__ import annotations
@@ -131,7 +134,8 @@ class Monitor:
 
         self.snapshot, self.total_steps, self.start_step = snapshot, total_steps, start_step
         self.tb_interval, self.log_interval, self.print_fn, self.clock = tb_interval, log_interval, print_fn, clock
-        self.writer = EventWriter(run_dir, purge_step=purge_step)
+        # a full disk is one warning line through print_fn per file, never an exception (finding 7)
+        self.writer = EventWriter(run_dir, purge_step=purge_step, warn=print_fn)
         self.writer.add_text("hyperparameters", _markdown_table(config), start_step)
         self.writer.add_text(
             "config", "```\n" + json.dumps(dict(config), indent=2, sort_keys=True) + "\n```", start_step
@@ -139,7 +143,8 @@ class Monitor:
         self.writer.add_scalars_layout(scalars_layout(parallel=not config.get("serial", True)), start_step)
         self.t0 = self.t_last = self.t_console = clock()
         self.session_start = self.t0 if session_start is None else session_start
-        self.curves = CurveWriter(run_dir, curves_meta(config), None if purge_step is None else purge_step - 1)
+        self.curves = CurveWriter(run_dir, curves_meta(config), None if purge_step is None else purge_step - 1,
+                                  warn=print_fn)
         self.eval_episodes = int(config.get("eval_episodes", 1))
         self.before = self._read()
         # updates start once this session stored this many (the pacing rule, shared with serial mode)
