@@ -57,7 +57,7 @@ SOURCES_KEY = "sources"  # config.json's map of each field to where its value ca
 # flag. docs/reliability.md, "Absurd flag values", gives each bound's reasoning and measurement.
 MAX_ENVS = 4096  # samplers x envs_per_sampler: a MuJoCo env holds about 1.2 MiB (measured), 4096 about 5 GiB
 MAX_EVAL_EPISODES = 1000  # the evaluator steps one env per episode, all at once
-MAX_UTD = 1024  # 8x the highest replay ratio we know used (128); past it every env step waits on 1000+ updates
+MAX_UTD = 1024  # far past published replay ratios (REDQ: 20); past it every env step waits on 1000+ updates
 MAX_BUFFER_SIZE = 1 << 40  # the native sum tree's capacity limit; a uniform replay is refused at the same size
 MIN_REPLAY_ROW_BYTES = 32  # a replay row at obs_dim = act_dim = 1 (replay/storage.py's columns)
 NETWORK_COPIES = 12  # fp32 copies of the hidden weights a run holds at least: nets, targets, Adam moments
@@ -296,8 +296,8 @@ class TrainConfig:
         if self.eval_episodes > MAX_EVAL_EPISODES:
             raise bad("eval_episodes", f"at most {MAX_EVAL_EPISODES} (the evaluator steps one env per episode at once)")
         if self.utd > MAX_UTD:
-            raise bad("utd", f"at most {MAX_UTD} updates per env step (published replay ratios reach 128; past {MAX_UTD} "
-                             "every env step waits for over a thousand updates and the run seems to stall)")
+            raise bad("utd", f"at most {MAX_UTD} updates per env step (past it every env step waits for over a "
+                             "thousand updates and the run seems to stall)")
         if self.buffer_size > MAX_BUFFER_SIZE:
             raise bad("buffer_size", f"at most 2^40 = {MAX_BUFFER_SIZE:,} transitions (the sum tree's limit)")
         memory = machine_memory_bytes()
