@@ -75,10 +75,14 @@ def train(
         resolved = dataclasses.replace(resolved, serial=True)
     all_sources = complete_sources(given, config)
     context = prepare_run(resolved, all_sources)
-    if plan is not None:
-        from spreeze_like.autotune.apply import save_plan
+    try:
+        if plan is not None:
+            from spreeze_like.autotune.apply import save_plan
 
-        save_plan(plan, context.run_dir)
+            save_plan(plan, context.run_dir)
+    except BaseException:
+        context.release()  # the mode entries release the folder's lock; nothing else would before exit
+        raise
     print_fn(
         f"[spreeze] {resolved.algo} on {resolved.env}, {'serial' if resolved.serial else 'parallel'} mode, "
         f"actor on {resolved.actor_device}, critic on {resolved.critic_device}; run folder {context.run_dir}"
