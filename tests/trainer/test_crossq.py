@@ -15,6 +15,7 @@ import torch.nn.functional as F
 
 from spreeze_like.algos import make_actor_part, make_critic_part
 from spreeze_like.algos.base import AlgoSpec, Batch
+from spreeze_like.algos.graphed import CRITIC_INPUTS, StepRunner
 from spreeze_like.algos.networks import BatchRenorm, CrossQCritic, get_flat, running_statistics
 from spreeze_like.algos.numpy_policy import NumpyPolicy
 from spreeze_like.config import TrainConfig
@@ -27,8 +28,11 @@ from spreeze_like.roles.ports import LocalBoard, LocalStatsBlock
 from spreeze_like.training import train
 
 from .tb import scalars
+from .test_gpu_steps import learners, storage_with
 from .test_nonfinite import ScriptedReplay, changed, snapshot
 from .test_serial import tiny
+
+CUDA = torch.cuda.is_available()
 
 
 def spec(**kw) -> AlgoSpec:
@@ -279,3 +283,45 @@ def test_crossq_checkpoints_and_resumes(tmp_path):
     # replay is not checkpointed: learning resumes once learning_starts new transitions are in
     assert second.critic_updates == first.critic_updates + (300 - 199)
     assert second.actor_updates == second.critic_updates // 3
+
+
+# --- CUDA graphs (skipped without a GPU) ------------------------------------------------------------------------
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_graph_replays_the_eager_crossq_update_running_statistics_included():
+    g = torch.Generator(device="cuda:0").manual_seed(0)
+    batches = [{n: torch.rand(s, generator=g, device="cuda:0") for n, s in
+                (("obs", (64, 3)), ("action", (64, 2)), ("reward", (64,)), ("next_obs", (64, 3)),
+                 ("terminated", (64,)))} for _ in range(12)]
+    parts = {}
+    for mode in ("eager", "cuda-graph"):
+        part = make_critic_part(spec(), "cuda:0")
+        runner = StepRunner(part, lambda b, p=part: p.step(b)[0], 64, CRITIC_INPUTS, mode=mode, warmup=2)
+        for b in batches:
+            for n, t in b.items():
+                runner.inputs[n].copy_(t)
+            runner.run()
+        parts[mode] = (part, runner)
+    eager, graphed = parts["eager"][0], parts["cuda-graph"][0]
+    assert parts["cuda-graph"][1].captures == 1 and eager.updates == graphed.updates == 12  # one variant
+    for a, b in zip(eager.published_tensors(), graphed.published_tensors()):  # parameters, running stats, alpha
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+    assert all(m.steps.item() == 12 for m in brn_layers(graphed.critic))
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_a_poisoned_graph_replay_leaves_the_running_statistics_alone():
+    critic, actor, stats = learners("cuda:0", algo="crossq", storage=storage_with(), device_replay="on")
+    for _ in range(10):  # warm-up and capture on finite data
+        critic.update()
+        actor.update()
+    critic.flush()
+    before = critic.part.critic_vector()
+    critic.batches.mirror.column("obs").fill_(float("inf"))  # NaN batch statistics from now on
+    for _ in range(5):
+        critic.update()
+    critic.metrics.flush()
+    critic.guard.check()
+    np.testing.assert_array_equal(before, critic.part.critic_vector())
+    assert stats.snapshot()["critic-learner"]["nonfinite_steps"] == 5
