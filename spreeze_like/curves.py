@@ -246,7 +246,6 @@ class CurveWriter:
             self.guard.failed(exc)
             return
         self._resume_step = None  # cut once; a reopen continues this session
-        self.guard.succeeded()
 
     def _cut_after(self, resume_step: int) -> float:
         """Rewrite the file without the rows (and session notes) past ``resume_step``; returns the offset."""
@@ -296,6 +295,8 @@ class CurveWriter:
                                         int(episodes)).to_line())
         except OSError as exc:
             self._drop(exc)
+        else:
+            self.guard.succeeded()  # a row reached the file (line buffering), not just an open that cut a torn one
 
     def _drop(self, exc: OSError | None) -> None:
         file, self._file = self._file, None

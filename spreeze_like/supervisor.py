@@ -53,10 +53,12 @@ from spreeze_like.procs.control import (
     EXIT_USER_ERROR,
     FINISH,
     HALT,
+    STARTING,
     SUPERVISOR,
     ChildArgs,
     error_file,
     parallel_schema,
+    set_state,
 )
 from spreeze_like.procs.descendants import Reaper, kill_tagged
 from spreeze_like.procs.evaluator_proc import read_results
@@ -272,6 +274,8 @@ class Supervisor:
                     self.say(f"[spreeze] killed {len(child.leftovers)} process(es) that {child.role}'s env had started "
                              f"and left running (pids {', '.join(map(str, child.leftovers))})")
             elif child.restart_due(now) and self.state in ("running", "finishing"):
+                # its row is nobody's now: the new process starts from STARTING (see _check_hangs)
+                set_state(self.block.role(child.role), STARTING)
                 child.restart()
                 self.me.add("restarts")
                 self.say(f"[spreeze] {child.role} restarted (pid {child.pid}, restart {child.restarts})")
@@ -310,25 +314,30 @@ class Supervisor:
         if self._checked_at is not None and now - self._checked_at > PAUSE_GAP_S:
             self._clocks_from = now
             self.say(f"[spreeze] this process did not run for {now - self._checked_at:.0f} s (the run was stopped "
-                     "or frozen); heartbeat ages restart from now")
+                     "or frozen, or the machine stalled); heartbeat ages count from now")
         self._checked_at = now
+        snap = self.block.snapshot()
         for role, child in self.children.items():
             if not child.alive or self._hang_killed.get(role) == child.pid:
                 continue
             limit = self.hang_s["sampler" if role.startswith("sampler-") else role]
             since = max(self._clocks_from, self._stopped_seen.get(role, -math.inf))
-            if self.block.pid(role) != child.pid:  # still starting (importing torch, say): no beat of its own yet
+            # Starting: importing torch, making its envs (a slow simulator's launch), until its loop sets
+            # RUNNING; _tick resets the state word before a restart
+            starting = snap[role]["pid"] != child.pid or snap[role]["state"] == STARTING
+            if starting:
                 age = now - max(child.started_at, since)
                 if age <= max(STARTUP_GRACE_S, limit):
                     continue
             else:
-                age = min(self.block.heartbeat_age(role, now), now - since)
+                age = min(snap[role]["heartbeat_age_s"], now - since)
                 if age <= limit:
                     continue
             if _stopped(child.pid):
                 self._stopped_seen[role] = now
                 continue
-            self.say(f"[spreeze] {role} (pid {child.pid}) has not beaten for {age:.0f} s; killing it")
+            what = "has not finished starting within" if starting else "has not beaten for"
+            self.say(f"[spreeze] {role} (pid {child.pid}) {what} {age:.0f} s; killing it")
             self._hang_killed[role] = child.pid
             child.kill_now()
             if not child.restartable:
@@ -477,10 +486,11 @@ class Supervisor:
         path = error_file(self.run_dir, child.role)
         try:
             said = path.read_text().strip()
-        except OSError:  # it could not write its line (a full disk): it printed it above instead
-            said = f"{child.role} failed (its message is above)"
+        except OSError:
+            said = ""
         path.unlink(missing_ok=True)
-        return said
+        # no line: it could not write its file (a full disk), so it printed the line above instead
+        return said or f"{child.role} failed (its message is above)"
 
     def _resume_hint(self) -> str:
         return resume_hint(self._last_checkpoint(), self.run_dir)

@@ -185,10 +185,12 @@ def child_main(module: str, args: ChildArgs) -> None:
         importlib.import_module(f"spreeze_like.procs.{module}").run(args)
     except SpreezeError as exc:
         line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        path = error_file(args.run_dir, args.role)
         try:
-            error_file(args.run_dir, args.role).write_text(line)
+            path.write_text(line)
         except OSError:  # a full disk (the error may well be that): the line goes to stderr, above the supervisor's
             print(f"[spreeze] {args.role}: {line}", file=sys.stderr, flush=True)
+            path.unlink(missing_ok=True)  # created but empty
         _fast_exit(EXIT_USER_ERROR if exc.exit_code == SpreezeError.exit_code else EXIT_ROLE_ERROR)
     _fast_exit(0)
 

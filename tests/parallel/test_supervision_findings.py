@@ -32,6 +32,7 @@ from fullfs import fill, small_tmpfs
 
 from spreeze_like.checkpoint import load_latest
 from spreeze_like.ipc.naming import sweep_shm
+from spreeze_like.procs.children import StopSignals
 from spreeze_like.procs.evaluator_proc import read_results
 
 from .helpers import TINY_ARGS, alive, assert_nothing_left, cli_env, only_run_dir, read_status, survivors, wait_status
@@ -151,8 +152,9 @@ def test_finding07_disk_full_in_a_serial_run_is_one_warning_and_the_run_goes_on(
 
 def test_finding07_disk_full_in_a_parallel_run_warns_once_per_file_and_restarts_nothing(tmp_path):
     with small_tmpfs(tmp_path / "fs", 4096) as fs:
-        # no checkpoint while the disk is full: a checkpoint that cannot be written ends the run (its own test)
-        run = Run(tmp_path, "--tb-interval", "0.1", "--eval-every", "400", "--checkpoint-every", "0", logdir=fs)
+        # no checkpoint while the disk is full: a checkpoint that cannot be written ends the run (its own test);
+        # the first evaluation comes after the fill, so evals.jsonl has no page with room left
+        run = Run(tmp_path, "--tb-interval", "0.1", "--eval-every", "1500", "--checkpoint-every", "0", logdir=fs)
         try:
             before = run.up()
             fill(fs)
@@ -408,3 +410,43 @@ def test_finding18_an_envs_subprocesses_die_with_a_sigkilled_sampler_and_supervi
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         run.kill()  # also sweeps the segments the SIGKILLed supervisor could not unlink
+
+
+def test_finding18_after_the_forcing_signal_further_ones_are_ignored_until_restore():
+    """In process, deterministic: the window the CLI test above can only hit by chance."""
+    signals = StopSignals()
+    signals.install()
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)  # the orderly stop: recorded
+        assert signals.received == signal.SIGTERM and signals.forced is None
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGTERM)  # forces
+        assert signals.forced == signal.SIGTERM
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGTERM):  # during the cleanup: nothing happens
+            os.kill(os.getpid(), sig)
+        time.sleep(0.05)
+    finally:
+        signals.restore()
+    assert signal.getsignal(signal.SIGTERM) is not signal.SIG_IGN
+
+
+def test_finding07_disk_full_at_a_parallel_checkpoint_is_one_error_and_the_last_checkpoint_loads(tmp_path):
+    with small_tmpfs(tmp_path / "fs", 4096) as fs:
+        run = Run(tmp_path, "--checkpoint-every", "1000", logdir=fs)
+        try:
+            run.run_dir = only_run_dir(fs)
+            status = run.status_when(lambda s: s["last_checkpoint"] is not None, timeout=180)
+            fill(fs)
+            code = run.proc.wait(timeout=60)  # the next checkpoint's parts cannot be written
+        finally:
+            run.kill()
+        text = run.text()
+        assert code == 2, text[-3000:]
+        assert "Traceback" not in text, text[-3000:]
+        errors = [line for line in text.splitlines() if line.startswith("error: ")]
+        assert len(errors) == 1 and re.fullmatch(r"error: \S+-learner failed \(its message is above\)", errors[0]), errors
+        # the learner's line, on stderr since its error file could not be written either
+        assert re.search(r"\[spreeze\] \S+-learner: cannot write checkpoint .*: No space left on device", text), text
+        payload, path = load_latest(run.run_dir)
+        assert str(path) == status["last_checkpoint"] and payload["env_steps"] >= 1000
+        assert_nothing_left(run.run_dir)
