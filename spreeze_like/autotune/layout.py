@@ -34,6 +34,7 @@ from spreeze_like.autotune.results import (
     UpdateCurve,
     UpdatePoint,
 )
+from spreeze_like.config import default_policy_delay
 from spreeze_like.errors import ConfigError
 
 DOUBLING_GAIN = 1.5  # a batch doubling must buy this many times the update frames/s
@@ -113,7 +114,7 @@ def plan_layout(ctx: Ctx, serial: bool) -> Layout:
     probes, config = ctx.probes, ctx.config
     hw, env = probes.hardware, probes.env
     cores = hw.usable_cores
-    delay = config.policy_delay or (2 if config.algo == "td3" else 1)
+    delay = config.policy_delay or default_policy_delay(config.algo)
     out = Layout(serial)
     gpus = {g.device: g for g in hw.gpus}
     cpu_learners = sum(d == "cpu" for d in (ctx.critic_dev, ctx.actor_dev))
