@@ -27,13 +27,13 @@ from spreeze_like.errors import ConfigError, SpreezeError
 
 def build_parser() -> argparse.ArgumentParser:
     from spreeze_like.autotune.probe import DEFAULT_BUDGET_S
-    from spreeze_like.config import DEFAULT_ENV_ID, OneLineParser
+    from spreeze_like.config import ALGOS, DEFAULT_ENV_ID, OneLineParser
 
     p = OneLineParser(prog="python -m spreeze_like.profile",
                       description="Measure this machine for spreeze_like: report, JSON, TensorBoard curves.")
     p.add_argument("--env", default=DEFAULT_ENV_ID,
                    help=f"gymnasium env id (or module:EnvId) to measure (default: {DEFAULT_ENV_ID})")
-    p.add_argument("--algo", default="sac", choices=("sac", "td3", "ddpg"), help="algorithm whose updates are timed")
+    p.add_argument("--algo", default="sac", choices=ALGOS, help="algorithm whose updates are timed")
     p.add_argument("--hidden-sizes", type=int, nargs="+", default=[256, 256], metavar="N",
                    help="hidden layer widths of actor and critic (default: 256 256)")
     p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S,

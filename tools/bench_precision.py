@@ -54,7 +54,7 @@ def time_steps(part, batch: Batch, steps: int) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--algo", default="sac", choices=["sac", "td3", "ddpg"])
+    parser.add_argument("--algo", default="sac", choices=["sac", "td3", "ddpg", "crossq"])
     parser.add_argument("--obs-dim", type=int, default=3)
     parser.add_argument("--act-dim", type=int, default=1)
     parser.add_argument("--hidden-sizes", type=int, nargs="+", default=[256, 256])

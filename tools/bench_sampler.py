@@ -98,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ks", nargs="+", type=int, default=[1, 4, 16], help="envs per sampler K (default 1 4 16)")
     parser.add_argument("--seconds", type=float, default=2.0, help="timed window per point (default 2)")
     parser.add_argument("--repeats", type=int, default=1, help="windows per point; the best is kept (default 1)")
-    parser.add_argument("--algo", default="sac", choices=["sac", "td3", "ddpg"])
+    parser.add_argument("--algo", default="sac", choices=["sac", "td3", "ddpg", "crossq"])
     parser.add_argument("--hidden-sizes", nargs="+", type=int, default=[256, 256])
     parser.add_argument("--json", default="", metavar="PATH", help="write the curve and the machine facts here")
     parser.add_argument("--quick", action="store_true",
