@@ -8,10 +8,14 @@ The supervisor owns everything a run leaves on the machine:
   the next start's sweep removes them (their creator's lifetime lock is gone; docs/ipc.md).
 - **Processes**: it spawns one process per role (:mod:`spreeze_like.procs.children`), restarts a
   dead sampler, evaluator or monitor with back-off (counted in ``stats/restarts``), ends the run
-  with a clear message if a learner dies or hangs, and joins every child at the end (SIGTERM, then
-  SIGKILL after a timeout). Children die with it even when it is SIGKILLed (parent-death signal).
-- **Files**: ``status.json`` (each role's pid and state, rewritten every second), the assembled
-  checkpoints (:mod:`spreeze_like.procs.parts`), ``shm.json``.
+  with a clear message if a learner dies or hangs (``--sampler-hang-s`` etc.; a stopped or frozen
+  run is paused, not hung: :meth:`Supervisor._check_hangs`), and joins every child at the end
+  (SIGTERM, then SIGKILL after a timeout). Children die with it even when it is SIGKILLed
+  (parent-death signal). Processes an env started die with the role that made them: it kills them
+  after each death of a role, at the end, and through a watcher process if it is SIGKILLed itself
+  (:mod:`spreeze_like.procs.descendants`).
+- **Files**: ``status.json`` (each role's pid and state, rewritten every second; a failed write is
+  one warning line), the assembled checkpoints (:mod:`spreeze_like.procs.parts`), ``shm.json``.
 
 It never initialises CUDA: it builds no tensor and no model (weight-board sizes come from networks
 on torch's ``meta`` device), and reads checkpoint parts that the learners moved to the CPU.
@@ -20,7 +24,9 @@ Stop order (end of training, Ctrl-C, SIGTERM or a failure): samplers stop (phase
 learners then catch up to the UTD budget on the data collected; ``HALT``: they only finish the
 update in hand), a final checkpoint is assembled, the final evaluation runs (normal end only),
 phase ``EXIT`` lets the monitor flush TensorBoard and every child return, children are joined,
-segments unlinked. A second Ctrl-C skips to the joins (children killed), still unlinking.
+segments unlinked. A second Ctrl-C or SIGTERM skips to the joins (children killed), still
+unlinking; from then on further signals are ignored until the cleanup is done (exit status 130
+after Ctrl-C, 143 after SIGTERM, the final ``status.json`` written).
 """
 
 from __future__ import annotations
@@ -62,6 +68,7 @@ from spreeze_like.procs.control import (
 )
 from spreeze_like.procs.descendants import Reaper, kill_tagged
 from spreeze_like.procs.evaluator_proc import read_results
+from spreeze_like.procs.hangs import HangWatch
 from spreeze_like.procs.parts import LEARNERS, CheckpointCoordinator, remove_parts
 from spreeze_like.procs.segments import OwnedSegments, RunSegments, vector_sizes
 from spreeze_like.procs.status import eval_history, trim_eval_history, write_status
@@ -70,16 +77,6 @@ from spreeze_like.rundir import RunContext
 from spreeze_like.seeding import derive_seed
 from spreeze_like.write_guard import WriteGuard
 
-# Seconds without a heartbeat after which a role counts as hung: --sampler-hang-s, --learner-hang-s and
-# --evaluator-hang-s (a slow simulator needs more), and a fixed limit for the monitor, which runs no
-# user code: it only reads shared memory and writes files, and a full disk does not stop it (finding 7).
-MONITOR_HANG_S = 120.0
-STARTUP_GRACE_S = 120.0  # importing torch on a loaded machine can take this long before the first beat
-# A supervisor loop that did not run for this long was stopped or frozen with its children (Ctrl-Z,
-# SIGSTOP of the process group, a frozen cgroup): the heartbeat ages it reads then count the pause, not
-# a hang, so the hang clocks restart (finding 8). Its loop runs every 20-50 ms; the longest work in it,
-# assembling a checkpoint, takes well under a second.
-PAUSE_GAP_S = 2.0
 HALT_WAIT_S = 5.0  # Ctrl-C: learners finish the update in hand within this, or the checkpoint is skipped
 JOIN_S = 10.0
 DEFER_MAX_S = 60.0  # the evaluator and monitor start when the learners are up, or after this at the latest
@@ -113,13 +110,7 @@ class Supervisor:
         self._status_t = 0.0
         self.status_guard = WriteGuard("status.json", "it is stale until a write succeeds (tried every second)",
                                        self.say, retry_s=0.0)
-        self.hang_s = {"sampler": config.sampler_hang_s, "critic-learner": config.learner_hang_s,
-                       "actor-learner": config.learner_hang_s, "evaluator": config.evaluator_hang_s,
-                       "monitor": MONITOR_HANG_S}
-        self._checked_at: float | None = None  # the last hang check (monotonic)
-        self._clocks_from = -math.inf  # hang ages count from here at the earliest (the end of the last pause)
-        self._stopped_seen: dict[str, float] = {}  # role -> when its process was last seen stopped (state T)
-        self._hang_killed: dict[str, int | None] = {}  # role -> the pid killed as hung (it may take a while to go)
+        self.hangs = HangWatch(config, self.say)
         self.reaper = Reaper(self.run_id)
         self.stopped_early = False
         self.evaluations_seen = 0
@@ -274,7 +265,7 @@ class Supervisor:
                     self.say(f"[spreeze] killed {len(child.leftovers)} process(es) that {child.role}'s env had started "
                              f"and left running (pids {', '.join(map(str, child.leftovers))})")
             elif child.restart_due(now) and self.state in ("running", "finishing"):
-                # its row is nobody's now: the new process starts from STARTING (see _check_hangs)
+                # its row is nobody's now: the new process starts from STARTING (see procs/hangs.py)
                 set_state(self.block.role(child.role), STARTING)
                 child.restart()
                 self.me.add("restarts")
@@ -301,48 +292,14 @@ class Supervisor:
             self.say(f"[spreeze] {child.role} (pid {child.pid}) died ({how}); restarting it in {delay:.0f} s")
 
     def _check_hangs(self, now: float) -> None:
-        """Kill a role whose heartbeat is older than its limit, unless the age counts a pause (finding 8).
-
-        Heartbeats and this check use CLOCK_MONOTONIC (``time.monotonic``), which keeps counting while
-        processes are stopped or frozen but not while the machine is suspended, like CLOCK_BOOTTIME
-        would: after a suspend no age has grown. A stop or freeze of the whole run (Ctrl-Z, SIGSTOP of
-        the process group, a frozen cgroup, a SLURM suspend) stops this loop too, so a gap of more than
-        :data:`PAUSE_GAP_S` between two checks restarts every hang clock; a role whose own process is
-        stopped (``T`` in ``/proc``; one process stopped alone) is not hung either, and its clock restarts
-        when it is seen running again. A role hung meanwhile is still killed, one limit after the pause.
-        """
-        if self._checked_at is not None and now - self._checked_at > PAUSE_GAP_S:
-            self._clocks_from = now
-            self.say(f"[spreeze] this process did not run for {now - self._checked_at:.0f} s (the run was stopped "
-                     "or frozen, or the machine stalled); heartbeat ages count from now")
-        self._checked_at = now
-        snap = self.block.snapshot()
-        for role, child in self.children.items():
-            if not child.alive or self._hang_killed.get(role) == child.pid:
-                continue
-            limit = self.hang_s["sampler" if role.startswith("sampler-") else role]
-            since = max(self._clocks_from, self._stopped_seen.get(role, -math.inf))
-            # Starting: importing torch, making its envs (a slow simulator's launch), until its loop sets
-            # RUNNING; _tick resets the state word before a restart
-            starting = snap[role]["pid"] != child.pid or snap[role]["state"] == STARTING
-            if starting:
-                age = now - max(child.started_at, since)
-                if age <= max(STARTUP_GRACE_S, limit):
-                    continue
-            else:
-                age = min(snap[role]["heartbeat_age_s"], now - since)
-                if age <= limit:
-                    continue
-            if _stopped(child.pid):
-                self._stopped_seen[role] = now
-                continue
-            what = "has not finished starting within" if starting else "has not beaten for"
-            self.say(f"[spreeze] {role} (pid {child.pid}) {what} {age:.0f} s; killing it")
-            self._hang_killed[role] = child.pid
-            child.kill_now()
-            if not child.restartable:
-                child.new_death()
-                self.failure = f"{role} (pid {child.pid}) hung for {age:.0f} s and was killed; {self._resume_hint()}"
+        """Kill what :class:`~spreeze_like.procs.hangs.HangWatch` finds hung (a stopped or frozen run is not)."""
+        for hang in self.hangs.check(now, self.children, self.block.snapshot()):
+            self.say(f"[spreeze] {hang.describe()}; killing it")
+            hang.child.kill_now()
+            if not hang.child.restartable:
+                hang.child.new_death()
+                self.failure = (f"{hang.role} (pid {hang.child.pid}) hung for {hang.age:.0f} s and was killed; "
+                                f"{self._resume_hint()}")
 
     def _global_step(self, snap: dict[str, dict[str, float]]) -> int:
         steps = self.context.start_step + int(sum(snap[f"sampler-{i}"]["env_steps"] for i in range(self.config.samplers)))
@@ -498,12 +455,3 @@ class Supervisor:
     def _last_checkpoint(self) -> Path | None:
         return self.ckpt.last if hasattr(self, "ckpt") else self.context.checkpoint_path
 
-
-def _stopped(pid: int | None) -> bool:
-    """True if ``pid`` is stopped (``T``: SIGSTOP, SIGTSTP; ``t``: a debugger), from ``/proc/<pid>/stat``."""
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as f:
-            stat = f.read()
-    except OSError:
-        return False
-    return stat[stat.rfind(b")") + 2:][:1] in (b"T", b"t")  # the state follows the command name's ")"

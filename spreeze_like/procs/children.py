@@ -4,7 +4,10 @@ Who owns what: the supervisor creates every child through :meth:`RoleProcess.sta
 context, ``daemon=True`` so multiprocessing's own exit hook terminates any child the supervisor's
 ``finally`` missed) and is the only process that joins, terminates or kills them. Children die
 with the supervisor even when it is SIGKILLed (``PR_SET_PDEATHSIG`` armed first thing in
-:func:`~spreeze_like.procs.control.child_main`).
+:func:`~spreeze_like.procs.control.child_main`). Each child carries a tag in its environment, and
+what its env starts inherits it: once the child is gone, those processes are SIGKILLed
+(:mod:`~spreeze_like.procs.descendants`). Children stay in the supervisor's process group, so
+Ctrl-Z and ``kill -STOP -<pgid>`` pause the whole run.
 
 A child is started with SIGINT ignored from its very first instruction: the disposition
 ``SIG_IGN`` survives ``exec``, so a Ctrl-C that reaches the whole process group while a child is

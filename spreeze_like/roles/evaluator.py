@@ -10,7 +10,9 @@ monitor) and are returned. Owns no shared resource. It acts with a
 :class:`~spreeze_like.algos.numpy_policy.NumpyPolicy` (no torch in the evaluator's process); before
 any actor vector is published (version 0) that policy's action is 0, the middle of the action box. An
 observation that does not match the env's declared Box raises :class:`~spreeze_like.errors.EnvError`
-(``envs.obs_vector``), as in the samplers.
+(``envs.obs_vector``), as in the samplers. It calls :attr:`Evaluator.beat` between env resets and
+after each step of its envs; the parallel mode sets it to its heartbeat, so a long evaluation is
+not taken for a hang (review finding 9).
 """
 
 from __future__ import annotations

@@ -194,7 +194,7 @@ def _pause_and_resume(run: Run, stop: Callable[[], None], resume: Callable[[], N
     pids = [status["supervisor_pid"], *run.pids()]
     stop()
     try:
-        assert all_stopped(pids) or not signalled, "the run's processes did not stop"
+        assert not signalled or all_stopped(pids), "the run's processes did not stop"
         time.sleep(PAUSE_S)
     finally:
         resume()
