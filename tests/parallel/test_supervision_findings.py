@@ -237,7 +237,11 @@ def test_finding08_a_stopped_process_group_and_ctrl_z_resume_without_hang_kills(
 
 @contextlib.contextmanager
 def freezer(pids: list[int]) -> Iterator[tuple[Callable[[], None], Callable[[], None]]]:
-    """A cgroup of our own (v2 ``cgroup.freeze`` or the v1 freezer) holding ``pids``; skips where none can be made."""
+    """A cgroup of our own (v2 ``cgroup.freeze`` or the v1 freezer) holding ``pids``: (freeze, thaw).
+
+    Skips where no cgroup can be made or joined (it needs root). The processes stay in it: the caller
+    ends them inside the block; at the exit, any still there are thawed and killed, then it goes.
+    """
     root = Path("/sys/fs/cgroup")
     v2 = (root / "cgroup.controllers").exists()
     base = root if v2 else root / "freezer"
@@ -248,47 +252,46 @@ def freezer(pids: list[int]) -> Iterator[tuple[Callable[[], None], Callable[[], 
         group.mkdir()
     except OSError as exc:
         pytest.skip(f"cannot make a cgroup here ({exc})")
-    home = {p: Path(f"/proc/{p}/cgroup").read_text() for p in pids}
+
+    def freeze() -> None:
+        if v2:
+            (group / "cgroup.freeze").write_text("1")
+            ready = lambda: "frozen 1" in (group / "cgroup.events").read_text()
+        else:
+            (group / "freezer.state").write_text("FROZEN")
+            ready = lambda: (group / "freezer.state").read_text().strip() == "FROZEN"
+        deadline = time.monotonic() + 10
+        while not ready():
+            assert time.monotonic() < deadline, "the cgroup did not freeze"
+            time.sleep(0.02)
+
+    def thaw() -> None:
+        if v2:
+            (group / "cgroup.freeze").write_text("0")
+        else:
+            (group / "freezer.state").write_text("THAWED")
+
     try:
         try:
             for pid in pids:
                 (group / "cgroup.procs").write_text(str(pid))
         except OSError as exc:
             pytest.skip(f"cannot move processes into a cgroup here ({exc})")
-
-        def freeze() -> None:
-            if v2:
-                (group / "cgroup.freeze").write_text("1")
-                ready = lambda: "frozen 1" in (group / "cgroup.events").read_text()
-            else:
-                (group / "freezer.state").write_text("FROZEN")
-                ready = lambda: (group / "freezer.state").read_text().strip() == "FROZEN"
-            deadline = time.monotonic() + 10
-            while not ready():
-                assert time.monotonic() < deadline, "the cgroup did not freeze"
-                time.sleep(0.02)
-
-        def thaw() -> None:
-            if v2:
-                (group / "cgroup.freeze").write_text("0")
-            else:
-                (group / "freezer.state").write_text("THAWED")
-
         yield freeze, thaw
     finally:
         with contextlib.suppress(OSError):
             thaw()
-        for pid, where in home.items():  # back where they were, then the empty group goes
-            line = [x for x in where.splitlines() if (x.split(":")[1] == "" if v2 else "freezer" in x.split(":")[1])]
-            target = base / line[0].split(":", 2)[2].lstrip("/") if line else base
-            with contextlib.suppress(OSError):
-                (target / "cgroup.procs").write_text(str(pid))
-        for _ in range(50):
-            try:
-                group.rmdir()
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            left = [int(p) for p in (group / "cgroup.procs").read_text().split()]
+            if not left:
                 break
-            except OSError:
-                time.sleep(0.1)
+            for pid in left:  # a failed test: the run's processes are still here
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+            time.sleep(0.1)
+        with contextlib.suppress(OSError):
+            group.rmdir()
 
 
 def test_finding08_a_frozen_cgroup_resumes_without_hang_kills(tmp_path):
@@ -298,8 +301,8 @@ def test_finding08_a_frozen_cgroup_resumes_without_hang_kills(tmp_path):
         pids = {role: r["pid"] for role, r in status["roles"].items()}
         with freezer([status["supervisor_pid"], *pids.values()]) as (freeze, thaw):
             _pause_and_resume(run, freeze, thaw, signalled=False)
-        _check_nothing_was_restarted(run, pids)
-        code = run.stop(signal.SIGINT)
+            _check_nothing_was_restarted(run, pids)
+            code = run.stop(signal.SIGINT)  # inside: the cgroup is empty once the run has ended
     finally:
         run.kill()
     assert code == 130, run.text()[-3000:]
