@@ -150,14 +150,22 @@ def test_a_checkpoint_write_killed_midway_leaves_the_previous_one_usable(tmp_pat
 
 
 def test_a_full_dev_shm_is_one_line_exit_2_and_leaves_nothing(tmp_path):
-    # 10^10 transitions need ~450 GiB: more than /dev/shm's total size, so posix_fallocate fails at once
-    # (tmpfs checks the total before reserving a page: nothing of the machine's memory is taken)
-    proc = run_cli_with({}, *TINY_ARGS, "--buffer-size", str(10**10), "--total-steps", "100",
+    # A replay larger than /dev/shm's total size, so posix_fallocate fails at once (tmpfs checks the total
+    # before reserving a page: nothing of the machine's memory is taken). It must still pass the up-front
+    # bound on --buffer-size (finding 12: MIN_REPLAY_ROW_BYTES a transition within physical memory), which
+    # a TinyEnv row (48 bytes: 10 float32 columns and a generation) exceeds by half.
+    from spreeze_like.config import MIN_REPLAY_ROW_BYTES, machine_memory_bytes
+
+    shm_total = os.statvfs("/dev/shm").f_blocks * os.statvfs("/dev/shm").f_frsize
+    buffer = int(shm_total / 48 * 1.1)
+    if buffer * MIN_REPLAY_ROW_BYTES > machine_memory_bytes():
+        pytest.skip("/dev/shm here is larger than 1.4x the memory: no buffer is both allowed and too large for it")
+    proc = run_cli_with({}, *TINY_ARGS, "--buffer-size", str(buffer), "--total-steps", "100",
                         "--logdir", str(tmp_path / "runs"), timeout=120)
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2, proc.stderr
     assert len(lines) == 1 and lines[0].startswith("error: cannot reserve"), proc.stderr
-    assert "/dev/shm has" in lines[0] and "--shm-size" in lines[0] and "--buffer-size 10,000,000,000" in lines[0]
+    assert "/dev/shm has" in lines[0] and "--shm-size" in lines[0] and f"--buffer-size {buffer:,}" in lines[0]
     run_dir = only_run_dir(tmp_path / "runs")
     status = json.loads((run_dir / "status.json").read_text())
     assert status["state"] == "failed" and "cannot reserve" in status["failure"]
