@@ -77,8 +77,10 @@ class EventWriter:
 
     def _open(self, purge_step: int | None = None) -> None:
         """A new event file: its version event first, then (resume) the purge marker; flushed at once."""
+        # TensorBoard reads a folder's event files in name order: the counter is zero-padded so that a
+        # process's later file sorts after its earlier ones within one second ("...12" < "...9" unpadded)
         path = self.log_dir / (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}."
-                               f"{os.getpid()}.{next(_file_numbers)}")
+                               f"{os.getpid()}.{next(_file_numbers):06d}")
         try:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             self._file = open(path, "ab")  # noqa: SIM115 - closed by close() or a failed write

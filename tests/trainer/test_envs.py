@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import re
 
 import gymnasium as gym
@@ -67,7 +68,11 @@ def test_derived_seeds_are_stable_and_distinct():
 # --- audit finding 10: odd action Boxes are refused in one line --------------------------------------------------
 @pytest.mark.parametrize(
     "env_id, dtype",
-    [(TINY + "TinyIntAction-v0", "int64"), (TINY + "TinyBoolAction-v0", "bool"), ("tabular/CliffWalking-v0", "int32")],
+    [(TINY + "TinyIntAction-v0", "int64"), (TINY + "TinyBoolAction-v0", "bool"),
+     # gymnasium's own int32 action Box; its tabular envs import jax, which the test install lacks
+     pytest.param("tabular/CliffWalking-v0", "int32",
+                  marks=pytest.mark.skipif(importlib.util.find_spec("jax") is None,
+                                           reason="gymnasium's tabular envs need jax (not in the test install)"))],
 )
 def test_finding10_integer_box_actions_are_refused(env_id, dtype):
     """Rescaling [-1, 1] onto an integer Box gave NaN/inf actions (audit); gymnasium's own CliffWalking has one."""
