@@ -54,17 +54,19 @@ class EventWriter:
     """Scalars and texts into one new event file under ``log_dir``.
 
     Args:
-        log_dir: folder of the event file (created if missing).
+        log_dir: folder of the event file (created if missing, unless ``create`` is False).
         purge_step: for a resumed run: TensorBoard hides the events of earlier files in this folder
             at steps ``>= purge_step`` (the part of the curve after the checkpoint that was redone).
         flush_secs: the longest events wait in memory before they reach the file.
         warn: where the one line about a failed write goes (default stderr).
         retry_s: seconds between attempts at a new event file after a failed write.
+        create: make ``log_dir`` if it is missing. A run's monitor passes False: its run folder exists
+            from the start, and one deleted mid-run must stay deleted (the run then stops).
     """
 
     def __init__(self, log_dir: str | Path, purge_step: int | None = None, flush_secs: float = 10.0,
-                 warn: Callable[[str], None] | None = None, retry_s: float = 60.0) -> None:
-        self.log_dir, self.flush_secs = Path(log_dir), flush_secs
+                 warn: Callable[[str], None] | None = None, retry_s: float = 60.0, create: bool = True) -> None:
+        self.log_dir, self.flush_secs, self.create = Path(log_dir), flush_secs, create
         self.guard = WriteGuard(f"TensorBoard events ({self.log_dir})",
                                 f"TensorBoard logging paused, a new event file is tried every {retry_s:.0f} s",
                                 warn, retry_s)
@@ -82,7 +84,8 @@ class EventWriter:
         path = self.log_dir / (f"events.out.tfevents.{int(time.time()):010d}.{socket.gethostname()}."
                                f"{os.getpid()}.{next(_file_numbers):06d}")
         try:
-            self.log_dir.mkdir(parents=True, exist_ok=True)
+            if self.create:
+                self.log_dir.mkdir(parents=True, exist_ok=True)
             self._file = open(path, "ab")  # noqa: SIM115 - closed by close() or a failed write
             self.path, self._records = path, RecordWriter(self._file)
             self._write(Event(wall_time=time.time(), file_version="brain.Event:2"))

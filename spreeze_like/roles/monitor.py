@@ -135,7 +135,7 @@ class Monitor:
         self.snapshot, self.total_steps, self.start_step = snapshot, total_steps, start_step
         self.tb_interval, self.log_interval, self.print_fn, self.clock = tb_interval, log_interval, print_fn, clock
         # a full disk is one warning line through print_fn per file, never an exception (finding 7)
-        self.writer = EventWriter(run_dir, purge_step=purge_step, warn=print_fn)
+        self.writer = EventWriter(run_dir, purge_step=purge_step, warn=print_fn, create=False)
         self.writer.add_text("hyperparameters", _markdown_table(config), start_step)
         self.writer.add_text(
             "config", "```\n" + json.dumps(dict(config), indent=2, sort_keys=True) + "\n```", start_step
