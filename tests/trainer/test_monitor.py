@@ -165,6 +165,7 @@ def _custom_scalars(run_root: Path) -> tuple[CustomScalarsPlugin, RequestContext
 
 def test_the_layout_is_in_the_events_once_per_session(tmp_path):
     run = tmp_path / "run"
+    run.mkdir()  # a run folder exists before its monitor (prepare_run); the monitor never makes one
     Monitor(run, LocalStatsBlock(stats_schema(1)).snapshot, {"env": "X", "serial": True}, 100).close()
     plugin, ctx = _custom_scalars(tmp_path)
     layout = json.loads(plugin.layout_impl(ctx, ""))
@@ -172,6 +173,7 @@ def test_the_layout_is_in_the_events_once_per_session(tmp_path):
     assert groups == SCALARS_LAYOUT  # a serial run: no Pipeline group
     assert list(groups) == ["Returns", "Speed", "Losses", "Policy lag"]
     parallel = tmp_path / "parallel"
+    parallel.mkdir()
     Monitor(parallel, LocalStatsBlock(stats_schema(1)).snapshot, {"env": "X", "serial": False}, 100).close()
     merged = json.loads(_custom_scalars(tmp_path)[0].layout_impl(ctx, ""))
     assert [c["title"] for c in merged["category"]] == ["Returns", "Speed", "Losses", "Policy lag", "Pipeline"]
