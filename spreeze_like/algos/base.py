@@ -72,6 +72,20 @@ def weighted_mse(pred: torch.Tensor, target: torch.Tensor, weights: torch.Tensor
     return sq.mean() if weights is None else (weights * sq).mean()
 
 
+def twin_q_report(qf1: torch.Tensor, qf2: torch.Tensor, target: torch.Tensor, qf1_loss: torch.Tensor,
+                  qf2_loss: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """What a twin-Q critic step returns: per-sample |TD error| (the larger of the two) and its metrics."""
+    with torch.no_grad():
+        td_errors = torch.max((qf1 - target).abs(), (qf2 - target).abs())
+    metrics = {
+        "qf1_loss": qf1_loss.detach(),
+        "qf2_loss": qf2_loss.detach(),
+        "qf1_values": qf1.detach().mean(),
+        "qf2_values": qf2.detach().mean(),
+    }
+    return td_errors, metrics
+
+
 class _Part:
     """Bookkeeping shared by both halves: devices, generator, state dicts."""
 

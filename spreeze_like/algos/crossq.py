@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import torch
 
-from spreeze_like.algos.base import AlgoSpec, Batch, weighted_mse
+from spreeze_like.algos.base import AlgoSpec, Batch, twin_q_report, weighted_mse
 from spreeze_like.algos.sac import SACActor, SACCritic
 
 CROSSQ_BETAS = (0.5, 0.999)
@@ -103,16 +103,8 @@ class CrossQCritic(SACCritic):
         self.critic.commit_statistics(None if found is None else found == 0)
 
         self.updates += 1
-        with torch.no_grad():
-            td_errors = torch.max((qf1_a_values - next_q_value).abs(), (qf2_a_values - next_q_value).abs())
-        metrics = {
-            "qf1_loss": qf1_loss.detach(),
-            "qf2_loss": qf2_loss.detach(),
-            "qf1_values": qf1_a_values.detach().mean(),
-            "qf2_values": qf2_a_values.detach().mean(),
-            "alpha": alpha,
-            "alpha_loss": alpha_loss.detach(),
-        }
+        td_errors, metrics = twin_q_report(qf1_a_values, qf2_a_values, next_q_value, qf1_loss, qf2_loss)
+        metrics.update(alpha=alpha, alpha_loss=alpha_loss.detach())
         return td_errors, metrics
 
 

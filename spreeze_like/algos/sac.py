@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from spreeze_like.algos.base import ActorPart, AlgoSpec, Batch, CriticPart, weighted_mse
+from spreeze_like.algos.base import ActorPart, AlgoSpec, Batch, CriticPart, twin_q_report, weighted_mse
 from spreeze_like.algos.networks import soft_update
 
 
@@ -58,16 +58,8 @@ class SACCritic(CriticPart):
 
         soft_update(self.critic_target_params, self.critic_params, self.spec.tau)
         self.updates += 1
-        with torch.no_grad():
-            td_errors = torch.max((qf1_a_values - next_q_value).abs(), (qf2_a_values - next_q_value).abs())
-        metrics = {
-            "qf1_loss": qf1_loss.detach(),
-            "qf2_loss": qf2_loss.detach(),
-            "qf1_values": qf1_a_values.detach().mean(),
-            "qf2_values": qf2_a_values.detach().mean(),
-            "alpha": alpha,
-            "alpha_loss": alpha_loss.detach(),
-        }
+        td_errors, metrics = twin_q_report(qf1_a_values, qf2_a_values, next_q_value, qf1_loss, qf2_loss)
+        metrics.update(alpha=alpha, alpha_loss=alpha_loss.detach())
         return td_errors, metrics
 
     def extra_critic_state(self) -> list[torch.Tensor]:

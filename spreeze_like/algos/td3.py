@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from spreeze_like.algos.base import ActorPart, Batch, TargetActorCriticPart, weighted_mse
+from spreeze_like.algos.base import ActorPart, Batch, TargetActorCriticPart, twin_q_report, weighted_mse
 
 
 class TD3Critic(TargetActorCriticPart):
@@ -35,15 +35,7 @@ class TD3Critic(TargetActorCriticPart):
         self.q_optimizer.step()
 
         self.update_targets()  # every policy_delay updates, with the delayed policy update
-        with torch.no_grad():
-            td_errors = torch.max((qf1_a_values - next_q_value).abs(), (qf2_a_values - next_q_value).abs())
-        metrics = {
-            "qf1_loss": qf1_loss.detach(),
-            "qf2_loss": qf2_loss.detach(),
-            "qf1_values": qf1_a_values.detach().mean(),
-            "qf2_values": qf2_a_values.detach().mean(),
-        }
-        return td_errors, metrics
+        return twin_q_report(qf1_a_values, qf2_a_values, next_q_value, qf1_loss, qf2_loss)
 
 
 class TD3Actor(ActorPart):
