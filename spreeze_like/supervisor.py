@@ -322,7 +322,8 @@ class Supervisor:
     # --- checkpoints ----------------------------------------------------------------------------------------
     def _finish_checkpoint(self, snap: dict[str, dict[str, float]], timeout_s: float) -> bool:
         """Assemble the pending checkpoint if the learners wrote their parts; True once settled."""
-        outcome = self.ckpt.try_finish(snap, self._global_step(snap), eval_history(self.run_dir), timeout_s)
+        with self.signals.deferred():  # a forcing signal lets the checkpoint being written finish first
+            outcome = self.ckpt.try_finish(snap, self._global_step(snap), eval_history(self.run_dir), timeout_s)
         if outcome == "skipped":
             self.say(f"[spreeze] checkpoint {self.ckpt.request} not acknowledged by the learners in "
                      f"{timeout_s:.0f} s; skipped")

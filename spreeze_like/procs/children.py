@@ -247,6 +247,7 @@ class StopSignals:
         self.received: int | None = None
         self.forced: int | None = None
         self._old: dict[int, Any] = {}
+        self._deferring = False
 
     def install(self) -> None:
         if threading.current_thread() is threading.main_thread():
@@ -256,8 +257,26 @@ class StopSignals:
         if self.received is not None:
             self.forced = signum
             self.hold()
-            raise KeyboardInterrupt
+            if not self._deferring:
+                raise KeyboardInterrupt
+            return
         self.received = signum
+
+    @contextlib.contextmanager
+    def deferred(self) -> Iterator[None]:
+        """A forcing signal inside the block takes effect at its end: a checkpoint being written is finished.
+
+        Raised in the middle of ``torch.save``, the KeyboardInterrupt broke the zip writer, whose own
+        error then escaped with a traceback (seen in CI under a storm of SIGTERMs). A write takes well
+        under a second; the forced stop follows at once.
+        """
+        self._deferring = True
+        try:
+            yield
+        finally:
+            self._deferring = False
+        if self.forced is not None:
+            raise KeyboardInterrupt
 
     def hold(self) -> None:
         """Ignore Ctrl-C and SIGTERM until :meth:`restore` (the last cleanup)."""

@@ -123,7 +123,8 @@ def all_stopped(pids: list[int], timeout: float = 10) -> bool:
 
 # --- finding 7: a full disk --------------------------------------------------------------------------------
 def test_finding07_disk_full_in_a_serial_run_is_one_warning_and_the_run_goes_on(tmp_path):
-    with small_tmpfs(tmp_path / "fs", 4096) as fs:
+    # 16 MiB: the run's own event files (every 0.1 s) must not fill the disk before the test does
+    with small_tmpfs(tmp_path / "fs", 16384) as fs:
         run = Run(tmp_path, "--serial", "--tb-interval", "0.1", logdir=fs)
         try:
             run_dir = only_run_dir(fs)
@@ -135,7 +136,7 @@ def test_finding07_disk_full_in_a_serial_run_is_one_warning_and_the_run_goes_on(
             run.line_when(r"warning: cannot write TensorBoard events", timeout=60)
             time.sleep(1.0)  # the run goes on with the disk still full
             assert run.proc.poll() is None, run.text()[-3000:]
-            (fs / ".filler").unlink()
+            (fs / ".filler").unlink(missing_ok=True)
             code = run.stop(signal.SIGINT)
         finally:
             run.kill()
@@ -161,7 +162,7 @@ def test_finding07_disk_full_in_a_parallel_run_warns_once_per_file_and_restarts_
             for what in ("TensorBoard events", "status.json", "evals.jsonl"):
                 run.line_when(rf"warning: cannot write {what}", timeout=60)
             time.sleep(1.0)
-            (fs / ".filler").unlink()
+            (fs / ".filler").unlink(missing_ok=True)
             after = run.status_when(lambda s: s["env_steps"] > before["env_steps"] + 1000)
             code = run.stop(signal.SIGINT)
         finally:
