@@ -15,7 +15,6 @@ import torch.nn.functional as F
 
 from spreeze_like.algos import make_actor_part, make_critic_part
 from spreeze_like.algos.base import AlgoSpec, Batch
-from spreeze_like.algos.graphed import CRITIC_INPUTS, StepRunner
 from spreeze_like.algos.networks import BatchRenorm, CrossQCritic, get_flat, running_statistics
 from spreeze_like.algos.numpy_policy import NumpyPolicy
 from spreeze_like.config import TrainConfig
@@ -289,19 +288,9 @@ def test_crossq_checkpoints_and_resumes(tmp_path):
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 def test_graph_replays_the_eager_crossq_update_running_statistics_included():
-    g = torch.Generator(device="cuda:0").manual_seed(0)
-    batches = [{n: torch.rand(s, generator=g, device="cuda:0") for n, s in
-                (("obs", (64, 3)), ("action", (64, 2)), ("reward", (64,)), ("next_obs", (64, 3)),
-                 ("terminated", (64,)))} for _ in range(12)]
-    parts = {}
-    for mode in ("eager", "cuda-graph"):
-        part = make_critic_part(spec(), "cuda:0")
-        runner = StepRunner(part, lambda b, p=part: p.step(b)[0], 64, CRITIC_INPUTS, mode=mode, warmup=2)
-        for b in batches:
-            for n, t in b.items():
-                runner.inputs[n].copy_(t)
-            runner.run()
-        parts[mode] = (part, runner)
+    from .test_gpu_steps import eager_and_graphed
+
+    parts = eager_and_graphed(spec())
     eager, graphed = parts["eager"][0], parts["cuda-graph"][0]
     assert parts["cuda-graph"][1].captures == 1 and eager.updates == graphed.updates == 12  # one variant
     for a, b in zip(eager.published_tensors(), graphed.published_tensors()):  # parameters, running stats, alpha

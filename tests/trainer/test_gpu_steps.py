@@ -130,20 +130,27 @@ def test_prioritized_critic_writes_priorities(device):
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 @pytest.mark.parametrize("algo", ["ddpg", "td3", "sac"])
-def test_graph_replays_the_eager_update(algo):
+def eager_and_graphed(algo_spec: AlgoSpec, updates: int = 12) -> dict:
+    """The same critic updates on the same batches, eagerly and by CUDA graph: ``{mode: (part, runner)}``."""
     g = torch.Generator(device="cuda:0").manual_seed(0)
+    o, a = algo_spec.obs_dim, algo_spec.act_dim
     batches = [{n: torch.rand(s, generator=g, device="cuda:0") for n, s in
-                (("obs", (64, 5)), ("action", (64, 2)), ("reward", (64,)), ("next_obs", (64, 5)),
-                 ("terminated", (64,)))} for _ in range(12)]
+                (("obs", (64, o)), ("action", (64, a)), ("reward", (64,)), ("next_obs", (64, o)),
+                 ("terminated", (64,)))} for _ in range(updates)]
     parts = {}
     for mode in ("eager", "cuda-graph"):
-        part = make_critic_part(spec(algo), "cuda:0")
+        part = make_critic_part(algo_spec, "cuda:0")
         runner = StepRunner(part, lambda b, p=part: p.step(b)[0], 64, CRITIC_INPUTS, mode=mode, warmup=2)
         for b in batches:
             for n, t in b.items():
                 runner.inputs[n].copy_(t)
             runner.run()
         parts[mode] = (part, runner)
+    return parts
+
+
+def test_graph_replays_the_eager_update(algo):
+    parts = eager_and_graphed(spec(algo))
     eager, graphed = parts["eager"][0], parts["cuda-graph"][0]
     assert parts["cuda-graph"][1].captures >= 1 and eager.updates == graphed.updates == 12
     tol = 0 if algo == "ddpg" else 1e-5  # ddpg draws no noise: the same kernels give the same bits
