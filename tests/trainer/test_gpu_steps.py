@@ -127,9 +127,6 @@ def test_prioritized_critic_writes_priorities(device):
 
 
 # --- CUDA only ---------------------------------------------------------------------------------------
-@pytest.mark.gpu
-@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
-@pytest.mark.parametrize("algo", ["ddpg", "td3", "sac"])
 def eager_and_graphed(algo_spec: AlgoSpec, updates: int = 12) -> dict:
     """The same critic updates on the same batches, eagerly and by CUDA graph: ``{mode: (part, runner)}``."""
     g = torch.Generator(device="cuda:0").manual_seed(0)
@@ -149,6 +146,9 @@ def eager_and_graphed(algo_spec: AlgoSpec, updates: int = 12) -> dict:
     return parts
 
 
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("algo", ["ddpg", "td3", "sac"])
 def test_graph_replays_the_eager_update(algo):
     parts = eager_and_graphed(spec(algo))
     eager, graphed = parts["eager"][0], parts["cuda-graph"][0]
