@@ -15,8 +15,8 @@ batch). ``run()`` then performs one update of the half on that batch:
 
 Why graphs: a 256x256 SAC update is ~60 small kernels; eager PyTorch needs ~10 us of CPU per
 launch, so at batch 256 the GPU waits on Python. A replay launches them all from one call.
-``torch.compile(mode="reduce-overhead")`` does the same through inductor; BENCHMARKS.md ("GPU
-learner steps") has the measurement that decided between the two.
+``torch.compile(mode="reduce-overhead")`` does the same through inductor; ``tools/bench_gpu.py --sections steps`` times both; no GPU has run it yet,
+so the default (our graphs) is a decision, not a measurement.
 
 Variants: a step whose Python control flow depends on a host counter (TD3/DDPG move their targets
 every ``policy_delay`` updates) gets one graph per value of ``part.step_variant()``; each graph has

@@ -11,8 +11,8 @@ for every queued kernel: with one publish per update, the GPU idles while the ho
   buffer, and records an event; ``poll()`` (called every update) publishes the pinned buffer once
   the event has passed. The copy is a snapshot in stream order, so later updates cannot tear it.
   A request while a copy is in flight is merged into one more copy when that one lands (never a
-  queue of stale versions). Cost measured in BENCHMARKS.md ("weight transfer"): the publish lands
-  about one update later than a blocking copy would.
+  queue of stale versions). By construction the publish lands at a
+  later update's poll, about one update after a blocking copy would (not yet measured on a GPU).
 * :class:`FlatLoader`: on CUDA, ``refresh()`` reads the newest board version into a pinned buffer,
   copies it to the device asynchronously and scatters it into the parameters with one
   ``_foreach_copy_``, all queued before the next update; the pinned buffer is reused only after its
@@ -20,7 +20,7 @@ for every queued kernel: with one publish per update, the GPU idles while the ho
 * On the CPU both are the plain synchronous copies (``get_flat``/``set_flat``): nothing to overlap.
 
 Why not CUDA IPC between the two learners: the actor vector must reach host memory for the
-samplers anyway, and the critic vector (~0.5 MB for 256x256 twin Q) crosses PCIe in ~25 us; one
+samplers anyway, and the critic vector (~0.5 MB for 256x256 twin Q) is one small copy (estimated tens of microseconds over PCIe, not measured here); one
 path for every layout (one GPU, two GPUs, GPU + CPU) is worth more than that.
 
 Owns pinned host buffers and device buffers of its process only; a crash frees them with it.
