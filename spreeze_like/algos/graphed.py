@@ -13,10 +13,11 @@ batch). ``run()`` then performs one update of the half on that batch:
   synchronisation and no ``.item()``: the step's outputs (TD errors, metric scalars) are static
   tensors that the caller reads asynchronously (``roles/learning.py``).
 
-Why graphs: a 256x256 SAC update is ~60 small kernels; eager PyTorch needs ~10 us of CPU per
-launch, so at batch 256 the GPU waits on Python. A replay launches them all from one call.
-``torch.compile(mode="reduce-overhead")`` does the same through inductor; ``tools/bench_gpu.py --sections steps`` times both; no GPU has run it yet,
-so the default (our graphs) is a decision, not a measurement.
+Why graphs: a 256x256 SAC update is dozens of small kernels, each with microseconds of CPU launch
+cost (an estimate, not measured here), so at batch 256 the GPU would wait on Python. A replay
+launches them all from one call. ``torch.compile(mode="reduce-overhead")`` does the same through
+inductor; ``tools/bench_gpu.py --sections steps`` times both, but no GPU has run it yet, so the
+default (our graphs) is a decision, not a measurement.
 
 Variants: a step whose Python control flow depends on a host counter (TD3/DDPG move their targets
 every ``policy_delay`` updates) gets one graph per value of ``part.step_variant()``; each graph has
