@@ -1,9 +1,9 @@
 """Learning curves of a ``tools/bench_vs_sb3.py`` invocation: one ``curves.csv`` per run, one PNG per env.
 
-Every system's curve (ours in either mode, SB3, SBX) is built here from the benchmark's own records,
+Every system's curve (ours in either mode, SB3, SBX SAC, SBX CrossQ) is built here from the benchmark's own records,
 not from the ``curves.csv`` our monitor writes in its run folder: the monitor's clock starts at the
 serial ``run()`` or the supervisor's ``run()``, after our start-up, while the benchmark's clock
-starts just before ``train()`` / ``SAC(...)`` for everyone. One clock for all is what makes the
+starts just before ``train()`` / the peer's constructor for everyone. One clock for all is what makes the
 picture a comparison. The points are:
 
 - ``train``: one row per finished training episode (the recording wrapper's end time, shifted to
@@ -34,19 +34,21 @@ from typing import Protocol
 from spreeze_like.curves import CurvePoint, read_curves, write_curves
 
 LABELS = {"ours-parallel": "spreeze_like parallel", "ours-serial": "spreeze_like serial", "sb3": "SB3 SAC",
-          "sbx": "SBX SAC"}
-CLOCK = ("bench_vs_sb3: from just before train() / SAC(...), start-up counted for all; the peers' "
+          "sbx": "SBX SAC", "sbx-crossq": "SBX CrossQ"}
+ALGO_NAMES = {"sac": "SAC", "crossq": "CrossQ", "td3": "TD3", "ddpg": "DDPG"}
+CLOCK = ("bench_vs_sb3: from just before train() / the peer's constructor, start-up counted for all; the peers' "
          "evaluation time subtracted")
 
 
 class BenchRun(Protocol):
-    """What the benchmark records of one run (``bench_vs_sb3.RunRecord``); times since its t0."""
+    """What the benchmark records of one run (``peers_record.RunRecord``); times since its t0."""
 
     name: str
     seed: int
     train: list[tuple[float, int, float]]  # (wall s, env step, return) per training episode
     evals: list[tuple[float, int, float]]  # (wall s, env step or -1, mean return) per evaluation
     device: str
+    algo: str  # sac, crossq, ...
 
 
 @dataclass(frozen=True)
@@ -78,12 +80,12 @@ def run_folder(curves_dir: Path, env: str, run: BenchRun) -> Path:
 
 def write_bench_curves(runs: Sequence[BenchRun], curves_dir: str | Path, env: str, eval_episodes: int,
                        window: int) -> WrittenCurves:
-    """One ``curves.csv`` per run (system = the run's name: ours-parallel, ours-serial, sb3, sbx)."""
+    """One ``curves.csv`` per run (system = the run's name: ours-parallel, ours-serial, sb3, sbx, sbx-crossq)."""
     folders, estimated = [], 0
     for run in runs:
         points, n = run_points(run, eval_episodes)
         estimated += n
-        meta = {"system": run.name, "env": env, "algo": "sac", "seed": run.seed,
+        meta = {"system": run.name, "env": env, "algo": run.algo, "seed": run.seed,
                 "label": f"{LABELS.get(run.name, run.name)}, seed {run.seed}", "clock": CLOCK,
                 "device": run.device, "train_window": window}
         folder = run_folder(Path(curves_dir), env, run)
@@ -102,5 +104,6 @@ def plot_bench(run_dirs: Sequence[Path], png: str | Path, env: str, window: int)
 
     runs = [read_curves(d) for d in run_dirs]
     systems = ", ".join(dict.fromkeys(LABELS.get(str(r.meta["system"]), str(r.meta["system"])) for r in runs))
-    title = f"{env}, SAC: {systems} (bench_vs_sb3 wall clock: start-up counted; peers' evaluations not)"
+    algos = "/".join(dict.fromkeys(ALGO_NAMES.get(a, a) for a in (str(r.meta.get("algo", "sac")) for r in runs)))
+    title = f"{env}, {algos}: {systems} (bench_vs_sb3 wall clock: start-up counted; peers' evaluations not)"
     return plot_runs(runs, png, window=window, title=title)

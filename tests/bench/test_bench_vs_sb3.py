@@ -1,9 +1,11 @@
 """Smoke tests of tools/bench_vs_sb3.py at its smallest size, so the benchmark does not rot.
 
 They time nothing (speed lives in the benchmark itself); they check that ours and each peer (SB3,
-SBX) run, that the shared episode recorder saw training and evaluation episodes, that the figures,
-ratios and devices come out, that every run's curves.csv and the env's PNG are written, and that a
-device this machine lacks is refused with one line.
+SBX SAC, SBX CrossQ) run, that the shared episode recorder saw training and evaluation episodes, that
+the figures, ratios, per-peer summary and devices come out, that every run's curves.csv and the
+env's PNG are written, and that a device this machine lacks is refused with one line. The SBX peers'
+tests skip, with the reason, where sbx-rl is not installed. The report's ratio arithmetic and the
+--peers/--skip-* selection are checked without any run in tests/bench/test_peers_report.py.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ BENCH = [sys.executable, str(ROOT / "tools" / "bench_vs_sb3.py")]
 SMALLEST = ["--seeds", "1", "--serial", "--total-steps", "600", "--learning-starts", "400", "--eval-every", "300",
             "--eval-episodes", "2"]
 needs_sbx = pytest.mark.skipif(importlib.util.find_spec("sbx") is None,
-                               reason="sbx-rl (the bench extra's SBX peer) is not installed")
+                               reason="sbx-rl (the bench extra's SBX peers: SAC and CrossQ) is not installed")
 
 
 def run_bench(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
@@ -52,7 +54,7 @@ def test_bench_vs_sb3_smallest_configuration(tmp_path: Path) -> None:
     check_rows(rows)
     assert rows["ours-serial"]["1"]["device"].startswith("actor cpu, critic cpu")  # --device reached our learners
     assert rows["sb3"]["1"]["device"] == "torch cpu (cpu)"
-    assert set(figures["ratios"]) == {"sb3"}
+    assert set(figures["ratios"]) == {"sb3"} and set(figures["summary"]["ours-serial"]) == {"sb3"}
     ratio = figures["ratios"]["sb3"]["ours-serial/updates_per_s"]
     assert ratio["per_seed"][0] == pytest.approx(
         rows["ours-serial"]["1"]["updates_per_s"] / rows["sb3"]["1"]["updates_per_s"])
@@ -66,6 +68,7 @@ def check_curves(curves_dir: Path, rows: dict) -> None:
     for name, per_seed in rows.items():
         curves = read_curves(curves_dir / f"Pendulum-v1-{name}-seed1")
         assert (curves.meta["system"], curves.meta["seed"], curves.meta["env"]) == (name, 1, "Pendulum-v1")
+        assert curves.meta["algo"] == per_seed["1"]["algo"], name
         assert [p.env_steps for p in curves.train] == [200, 400, 600], name
         assert [(p.env_steps, round(p.episode_return, 1), p.episodes) for p in curves.eval] == [
             (s, m, 2) for _, s, m in per_seed["1"]["evals"]], name
@@ -77,21 +80,32 @@ def check_curves(curves_dir: Path, rows: dict) -> None:
 
 
 @needs_sbx
-def test_bench_vs_sbx_smallest_configuration(tmp_path: Path) -> None:
+def test_bench_vs_sbx_sac_and_crossq_smallest_configuration(tmp_path: Path) -> None:
     out = tmp_path / "figures.json"
-    proc = run_bench(SMALLEST + ["--peers", "sbx", "--peer-device", "cpu", "--set", 'critic_device="cpu"',
-                                 "--json", str(out)])
+    proc = run_bench(SMALLEST + ["--peers", "sbx", "sbx-crossq", "--peer-device", "cpu", "--set",
+                                 'critic_device="cpu"', "--json", str(out)])
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "ratios ours / SBX" in proc.stdout and "ratios ours / SB3" not in proc.stdout
-    assert "sbx on jax cpu" in proc.stdout
+    assert "ratios ours / SBX (" in proc.stdout and "ratios ours / SBX CrossQ (" in proc.stdout
+    assert "ratios ours / SB3" not in proc.stdout
+    assert "sbx on jax cpu" in proc.stdout and "sbx-crossq on jax cpu" in proc.stdout
     figures = json.loads(out.read_text())
     rows = figures["rows"]
-    assert set(rows) == {"ours-serial", "sbx"}
+    assert set(rows) == {"ours-serial", "sbx", "sbx-crossq"}
     check_rows(rows)
     assert "critic cpu" in rows["ours-serial"]["1"]["device"]  # --set critic_device reached our critic
-    assert rows["sbx"]["1"]["device"] == "jax cpu (cpu)"  # JAX_PLATFORMS=cpu from --peer-device cpu
-    assert figures["devices"]["sbx"] == ["jax cpu (cpu)"]
-    assert figures["ratios"]["sbx"]["ours-serial/steps_per_s"]["per_seed"][0] > 0
+    for peer in ("sbx", "sbx-crossq"):
+        assert rows[peer]["1"]["device"] == "jax cpu (cpu)", peer  # JAX_PLATFORMS=cpu from --peer-device cpu
+        assert figures["devices"][peer] == ["jax cpu (cpu)"], peer
+        assert figures["ratios"][peer]["ours-serial/steps_per_s"]["per_seed"][0] > 0, peer
+        # the summary holds the same per-seed ratios as the full table, peer by peer
+        for key in ("t_train", "t_eval"):
+            assert figures["summary"]["ours-serial"][peer][key] == {
+                k: figures["ratios"][peer][f"ours-serial/{key}"][k] for k in ("per_seed", "median")}, (peer, key)
+    assert [rows[n]["1"]["algo"] for n in ("ours-serial", "sbx", "sbx-crossq")] == ["sac", "sac", "crossq"]
+    # the updates counted are critic updates, one per env step after the warm-up (the actor's come every 3rd)
+    assert rows["sbx-crossq"]["1"]["updates"] == 600 - 400
+    assert "summary: ours / peer wall time to the threshold" in proc.stdout
+    assert "vs SBX CrossQ" in proc.stdout
     check_curves(tmp_path / "figures_curves", rows)
 
 
@@ -110,8 +124,9 @@ def test_an_absent_gpu_is_refused_before_any_run(flags: list[str]) -> None:
 
 @needs_sbx
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal of a GPU this machine does not have")
-def test_sbx_on_an_absent_gpu_is_refused() -> None:
-    proc = run_bench(SMALLEST + ["--skip-ours", "--peers", "sbx", "--peer-device", "cuda"], timeout=120)
+@pytest.mark.parametrize("peer", ["sbx", "sbx-crossq"])
+def test_sbx_on_an_absent_gpu_is_refused(peer: str) -> None:
+    proc = run_bench(SMALLEST + ["--skip-ours", "--peers", peer, "--peer-device", "cuda"], timeout=120)
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1].startswith("error: --peer-device cuda: JAX runs on cpu")
 

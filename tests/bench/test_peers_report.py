@@ -1,0 +1,100 @@
+"""The benchmark's report and peer selection without any run: tools/peers_report.py, the --peers /
+--skip-* choices of tools/bench_vs_sb3.py and the settings tools/peers_runners.py gives each peer.
+
+The report's headline is ours / peer wall time to a threshold, per seed and the median, per peer;
+records made here with known threshold times pin that arithmetic, including a seed where one side
+never reached the threshold (no ratio, and then no median: a missing value is not "fast").
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+
+import pytest
+
+TOOLS = str(Path(__file__).resolve().parents[2] / "tools")
+if TOOLS not in sys.path:
+    sys.path.insert(0, TOOLS)
+
+import bench_vs_sb3
+from peers_record import RunRecord
+from peers_report import report
+from peers_runners import PEERS, algo_kwargs, shared_kwargs
+
+ARGS = argparse.Namespace(env="Pendulum-v1", threshold_train=-250.0, threshold_eval=-200.0, window=1, fixed_wall=0.0)
+
+
+def run(name: str, seed: int, t_train: float | None, t_eval: float | None) -> RunRecord:
+    """A 100 s run whose training return (window 1) reaches -250 at t_train and whose evaluation reaches -200
+    at t_eval (None: never)."""
+    train = [(5.0, 200, -1000.0)] + ([(t_train, 400, -240.0)] if t_train else [])
+    evals = [(6.0, 200, -900.0)] + ([(t_eval, 400, -150.0)] if t_eval else [])
+    return RunRecord(name, seed, wall_s=100.0, env_steps=400, updates=300, train=train, evals=evals)
+
+
+def test_the_summary_gives_each_peer_its_ratio_per_seed_and_the_median() -> None:
+    records = [run("ours-parallel", 1, 10.0, 12.0), run("ours-parallel", 2, 30.0, 33.0),
+               run("sb3", 1, 40.0, 48.0), run("sb3", 2, 60.0, 66.0),
+               run("sbx", 1, 20.0, 24.0), run("sbx", 2, 20.0, None),
+               run("sbx-crossq", 1, 10.0, 6.0), run("sbx-crossq", 2, 15.0, 11.0)]
+    summary = report(records, ARGS)["summary"]["ours-parallel"]
+    assert list(summary) == ["sb3", "sbx", "sbx-crossq"]
+    assert summary["sb3"]["t_train"] == {"per_seed": [0.25, 0.5], "median": 0.375}
+    assert summary["sb3"]["t_eval"] == {"per_seed": [0.25, 0.5], "median": 0.375}
+    assert summary["sbx"]["t_train"] == {"per_seed": [0.5, 1.5], "median": 1.0}
+    # SBX seed 2 never reached the evaluation threshold: no ratio for that seed, so no median
+    assert summary["sbx"]["t_eval"] == {"per_seed": [0.5, None], "median": None}
+    assert summary["sbx-crossq"]["t_train"] == {"per_seed": [1.0, 2.0], "median": 1.5}
+    assert summary["sbx-crossq"]["t_eval"] == {"per_seed": [2.0, 3.0], "median": 2.5}
+    assert summary["sb3"]["seeds"] == [1, 2]
+
+
+def test_the_report_prints_the_summary_line_per_peer(capsys: pytest.CaptureFixture[str]) -> None:
+    report([run("ours-serial", 1, 10.0, 12.0), run("sbx-crossq", 1, 20.0, None)], ARGS)
+    out = capsys.readouterr().out
+    assert "ratios ours / SBX CrossQ (" in out
+    assert "vs SBX CrossQ  train 0.50 (median 0.50); eval - (median -)" in out
+
+
+@pytest.mark.parametrize(("flags", "peers"), [
+    ([], ["sb3", "sbx", "sbx-crossq"]),
+    (["--skip-sbx"], ["sb3"]),  # no SBX at all, SAC nor CrossQ
+    (["--skip-sbx-crossq"], ["sb3", "sbx"]),
+    (["--skip-sb3"], ["sbx", "sbx-crossq"]),
+    (["--peers", "sbx-crossq", "sbx", "sbx-crossq"], ["sbx-crossq", "sbx"]),
+])
+def test_peers_chosen_by_flags(flags: list[str], peers: list[str]) -> None:
+    assert bench_vs_sb3.parse_args(flags).peers == peers
+
+
+def test_every_peer_gets_the_same_shared_settings_and_crossq_none_of_sacs() -> None:
+    args = bench_vs_sb3.parse_args(["--env", "HalfCheetah-v5", "--peer-device", "cpu"])
+    shared = [shared_kwargs(args, PEERS[p], 3) for p in PEERS]
+    assert shared[0] == shared[1] == shared[2]
+    assert shared[0]["learning_rate"] == 3e-4 and shared[0]["learning_starts"] == 10_000 and shared[0]["seed"] == 3
+    assert algo_kwargs(args, PEERS["sb3"]) == algo_kwargs(args, PEERS["sbx"]) == {
+        "tau": 0.005, "policy_kwargs": {"net_arch": [256, 256]}}
+    assert algo_kwargs(args, PEERS["sbx-crossq"]) == {}  # SBX's CrossQ as shipped: no tau, its own networks
+    narrow = bench_vs_sb3.parse_args(["--crossq-critic-units", "256"])
+    assert algo_kwargs(narrow, PEERS["sbx-crossq"]) == {"policy_kwargs": {"net_arch": {"pi": [256, 256],
+                                                                                        "qf": [256, 256]}}}
+
+
+@pytest.mark.skipif(importlib.util.find_spec("sbx") is None,
+                    reason="sbx-rl (the bench extra's SBX peers: SAC and CrossQ) is not installed")
+@pytest.mark.parametrize("name", ["sbx", "sbx-crossq"])
+def test_the_sbx_constructors_take_every_setting_given(name: str) -> None:
+    """A misspelt keyword would fail only in a peer's child, late; binding the signature catches it here."""
+    import sbx
+
+    peer = PEERS[name]
+    args = bench_vs_sb3.parse_args(["--crossq-critic-units", "256"])
+    signature = inspect.signature(getattr(sbx, peer.model))
+    signature.bind("MlpPolicy", "Pendulum-v1", **shared_kwargs(args, peer, 1), **algo_kwargs(args, peer))
+    if name == "sbx-crossq":  # what the docs promise CrossQ keeps of its own
+        assert signature.parameters["policy_delay"].default == 3
+        assert "tau" not in signature.parameters

@@ -1,0 +1,135 @@
+"""The figures and the printed report of ``tools/bench_vs_sb3.py``, from the runs' records.
+
+Per run and seed: wall time, env steps, env steps/s and updates/s, the wall time and env step at
+which the training return first reaches ``--threshold-train`` and an evaluation first reaches
+``--threshold-eval``, the returns at a fixed wall time, the device. Per peer and per mode of ours:
+the ratios ours / peer per seed, their median and the ratio of the medians (time: below 1 favours
+ours; rates: above 1 does). Last, a summary of the headline figure: per peer, ours / peer wall time
+to each threshold per seed and the median. A seed where either side did not reach a threshold has
+no ratio (``-``), and its median is then ``-`` too: a missing value is not "fast".
+
+Pure functions of the records: creates and removes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import statistics
+
+from peers_record import RunRecord
+from peers_runners import PEERS
+
+RATIO_KEYS = (("t_train", "wall to train threshold"), ("t_eval", "wall to eval threshold"),
+              ("steps_per_s", "env steps/s"), ("updates_per_s", "updates/s"))
+
+
+def fmt(x: float | None, spec: str = ".1f") -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else format(x, spec)
+
+
+def median(values: list[float | None]) -> float | None:
+    """Median over seeds, or None if any seed did not reach (a missing value is not 'fast')."""
+    if not values or any(v is None or math.isnan(v) for v in values):
+        return None
+    return statistics.median(values)
+
+
+def figures_of(r: RunRecord, args: argparse.Namespace, t_fixed: float) -> dict:
+    """One run's row of figures."""
+    hit_train = r.first_train(args.threshold_train, args.window)
+    hit_eval = r.first_eval(args.threshold_eval)
+    return {
+        "wall_s": r.wall_s, "env_steps": r.env_steps, "updates": r.updates,
+        "steps_per_s": r.env_steps / r.wall_s if r.wall_s > 0 else math.nan,
+        "updates_per_s": r.updates / r.wall_s if r.wall_s > 0 else math.nan,
+        "t_train": hit_train[0] if hit_train else None, "step_train": hit_train[1] if hit_train else None,
+        "t_eval": hit_eval[0] if hit_eval else None, "step_eval": hit_eval[1] if hit_eval else None,
+        "train_at": r.train_at(t_fixed, args.window), "eval_at": r.eval_at(t_fixed),
+        "final_eval": r.evals[-1][2] if r.evals else math.nan, "episodes": len(r.train), "note": r.note,
+        "evals": [(round(t, 1), s, round(m, 1)) for t, s, m in r.evals], "device": r.device, "algo": r.algo,
+    }
+
+
+def print_rows(rows: dict[str, dict[int, dict]]) -> None:
+    head = (f"{'run':<15} {'seed':>4} {'wall s':>7} {'steps':>7} {'steps/s':>8} {'upd/s':>7} "
+            f"{'train-thr s':>11} {'@step':>6} {'eval-thr s':>10} {'@step':>6} {'train@T':>8} {'eval@T':>7} "
+            f"{'final ev':>8}")
+    print(head)
+    for name, per_seed in rows.items():
+        for seed, v in per_seed.items():
+            print(f"{name:<15} {seed:>4} {v['wall_s']:>7.1f} {v['env_steps']:>7} {v['steps_per_s']:>8.1f} "
+                  f"{v['updates_per_s']:>7.1f} {fmt(v['t_train']):>11} {fmt(v['step_train'], 'd'):>6} "
+                  f"{fmt(v['t_eval']):>10} {fmt(v['step_eval'], 'd'):>6} {fmt(v['train_at']):>8} "
+                  f"{fmt(v['eval_at']):>7} {fmt(v['final_eval']):>8} {v['note']}")
+        med = {k: median([v[k] for v in per_seed.values()]) for k in
+               ("wall_s", "steps_per_s", "updates_per_s", "t_train", "t_eval", "train_at", "eval_at", "step_eval")}
+        print(f"{name + ' median':<20} {fmt(med['wall_s']):>7} {'':>7} {fmt(med['steps_per_s']):>8} "
+              f"{fmt(med['updates_per_s']):>7} {fmt(med['t_train']):>11} {'':>6} {fmt(med['t_eval']):>10} "
+              f"{fmt(med['step_eval'], '.0f'):>6} {fmt(med['train_at']):>8} {fmt(med['eval_at']):>7}")
+    for name, per_seed in rows.items():
+        for seed, v in per_seed.items():
+            print(f"  {name} seed {seed} evals (wall s, env step, mean return): {v['evals']}")
+
+
+def peer_ratios(rows: dict[str, dict[int, dict]], ours: str, peer: str, key: str) -> dict:
+    """Ours / peer for ``key``: per seed of ours (None where either side lacks it), their median, and the
+    ratio of the two medians."""
+    per = []
+    for seed, v in rows[ours].items():
+        theirs = rows[peer].get(seed, {}).get(key)
+        per.append(v[key] / theirs if v[key] is not None and theirs not in (None, 0) else None)
+    ours_med, peer_med = (median([v[key] for v in rows[n].values()]) for n in (ours, peer))
+    return {"per_seed": per, "median": median(per),
+            "of_medians": ours_med / peer_med if ours_med is not None and peer_med else None}
+
+
+def report(records: list[RunRecord], args: argparse.Namespace) -> dict:
+    """Prints the report and returns the figures: ``t_fixed``, ``rows`` (per run name, per seed),
+    ``ratios`` (per peer, per ``<our run>/<key>``), ``devices`` (per run name) and ``summary``
+    (per our run, per peer, per threshold: seeds, per-seed ratios and their median)."""
+    finished = [r for r in records if r.train or r.evals]
+    t_fixed = args.fixed_wall or (min(r.wall_s for r in finished) if finished else math.nan)
+    rows: dict[str, dict[int, dict]] = {}
+    for r in records:
+        rows.setdefault(r.name, {})[r.seed] = figures_of(r, args, t_fixed)
+    print(f"\n== {args.env}: training return = mean of the last {args.window} training episodes; thresholds "
+          f"train {args.threshold_train:g}, eval {args.threshold_eval:g}; fixed wall time {fmt(t_fixed, '.0f')} s")
+    print_rows(rows)
+    devices = {name: sorted({v["device"] for v in per_seed.values()}) for name, per_seed in rows.items()}
+    print("\ndevices: " + "; ".join(f"{name} {' / '.join(d)}" for name, d in devices.items()))
+    ours_runs = [n for n in rows if n not in PEERS]
+    peers = [p for p in PEERS if p in rows]
+    ratios: dict[str, dict] = {}
+    for peer in peers:
+        ratios[peer] = {}
+        print(f"\nratios ours / {PEERS[peer].label} (time: lower is better; rates: higher is better)")
+        for name in ours_runs:
+            for key, label in RATIO_KEYS:
+                figures = ratios[peer][f"{name}/{key}"] = peer_ratios(rows, name, peer, key)
+                print(f"  {name:<15} {label:<24} per seed {', '.join(fmt(p, '.2f') for p in figures['per_seed'])};"
+                      f" median {fmt(figures['median'], '.2f')}; of the medians {fmt(figures['of_medians'], '.2f')}")
+    summary = summarise(rows, ours_runs, peers, ratios)
+    return {"t_fixed": t_fixed, "rows": rows, "ratios": ratios, "devices": devices, "summary": summary}
+
+
+def summarise(rows: dict[str, dict[int, dict]], ours_runs: list[str], peers: list[str], ratios: dict) -> dict:
+    """The headline: per our run and peer, ours / peer wall time to each threshold per seed and the median."""
+    summary: dict[str, dict] = {}
+    if not peers or not ours_runs:
+        return summary
+    print("\nsummary: ours / peer wall time to the threshold (below 1: ours is faster; '-': a side did not reach it)")
+    for name in ours_runs:
+        seeds = list(rows[name])
+        summary[name] = {}
+        print(f"  {name} (seeds {', '.join(str(s) for s in seeds)}):")
+        for peer in peers:
+            entry = summary[name][peer] = {"seeds": seeds}
+            cells = []
+            for key, label in (("t_train", "train"), ("t_eval", "eval")):
+                figures = ratios[peer][f"{name}/{key}"]
+                entry[key] = {"per_seed": figures["per_seed"], "median": figures["median"]}
+                cells.append(f"{label} {' '.join(fmt(p, '.2f') for p in figures['per_seed'])} "
+                             f"(median {fmt(figures['median'], '.2f')})")
+            print(f"    vs {PEERS[peer].label:<11} {'; '.join(cells)}")
+    return summary

@@ -1,0 +1,249 @@
+"""The peers of ``tools/bench_vs_sb3.py``: SB3 SAC, SBX SAC and SBX CrossQ, each run in a child process.
+
+SBX (package ``sbx-rl``) is SB3's API with the networks and the update in JAX, JIT-compiled; it keeps
+SB3's numpy replay buffer and env loop. Each peer run is a fresh child process (:func:`peer_child`,
+started by :func:`run_peer_child` with ``python -c``): JAX and torch never share a process or a GPU
+allocator, one run's torch threads cannot leak into the next, and a peer that crashes takes only its
+child down (the parent raises with the child's exit status; the child's output is on the console).
+A ``probe`` child per peer first checks that the peer is installed and that its device exists, so a
+wrong device fails with one ``error:`` line before any run. The child writes its result as JSON into
+the benchmark's scratch folder, which the benchmark removes.
+
+**Settings.** Every peer gets the same shared settings (:func:`shared_kwargs`): the recorded env, the
+peers' learning rate ``--sb3-lr`` (rl-zoo's for the env) for actor, critic and alpha, 1M replay,
+``learning_starts``, batch 256, gamma 0.99, UTD 1 (train_freq 1, gradient_steps 1), entropy tuned
+from alpha 1 to -act_dim, the seed. SAC (SB3 and SBX alike) adds tau 0.005 and MLPs 256-256 (SBX's
+policy_delay stays its default, 1). CrossQ adds nothing of SAC's: it has no target networks (no tau)
+and keeps what makes it CrossQ as SBX ships it: policy delay 3 (the paper's), Batch Renormalization
+in actor and critic, Adam beta1 0.5, an actor 256-256 and a critic 1024-1024 (``--crossq-critic-units
+N`` makes the critic N-N, e.g. 256 to match SAC's networks).
+
+**Devices.** SB3 gets ``--peer-device`` as ``device=`` (SB3 itself falls back to the CPU silently when
+asked for an absent GPU; here that is an error). SBX: JAX chooses its platform; ``cpu`` sets
+``JAX_PLATFORMS=cpu``, ``auto`` lets JAX take the GPU when its CUDA plugin is installed, ``cuda``
+insists on that; the platform JAX used is read after the run and reported. SBX's own ``device=`` (the
+torch side: its replay buffer) stays ``cpu``, where SBX puts that buffer anyway.
+
+**Evaluations and clock.** A callback runs ``--eval-episodes`` deterministic episodes every
+``--eval-every`` env steps on a separate (unrecorded) env; the time they take is subtracted from the
+peer's clock (in the peer's favour). The clock starts just before the model's constructor: the child's
+interpreter start and imports come before it (in the peer's favour); JAX's backend start and SBX's JIT
+compilation are inside it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import gymnasium as gym
+from peers_record import EPISODE_DIR_VAR, RECORDED_ID, RunRecord, both_reached, train_curve
+
+from spreeze_like.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Peer:
+    """One peer: its ``--peers`` name (also its run name, JSON key and curves ``system``) and where it lives."""
+
+    name: str
+    label: str  # in the report: "ratios ours / <label>"
+    module: str  # the importable package
+    package: str  # its PyPI name
+    model: str  # the class in ``module``
+    algo: str  # "sac" or "crossq"
+    framework: str  # "torch" or "jax"
+
+
+PEER_LIST = (
+    Peer("sb3", "SB3", "stable_baselines3", "stable-baselines3", "SAC", "sac", "torch"),
+    Peer("sbx", "SBX", "sbx", "sbx-rl", "SAC", "sac", "jax"),
+    Peer("sbx-crossq", "SBX CrossQ", "sbx", "sbx-rl", "CrossQ", "crossq", "jax"),
+)
+PEERS = {peer.name: peer for peer in PEER_LIST}
+CHILD_CODE = "import sys, peers_runners; sys.exit(peers_runners.peer_child(sys.argv[1]))"
+
+
+def peer_env(args: argparse.Namespace, peer: Peer, episode_dir: str | None) -> dict[str, str]:
+    """The environment of a peer's child process."""
+    env = dict(os.environ)
+    env.pop(EPISODE_DIR_VAR, None)
+    if episode_dir:
+        env[EPISODE_DIR_VAR] = episode_dir
+    if peer.framework == "jax":
+        # JAX reserves 75 % of the GPU's memory at its first use unless told not to. The runs here take turns,
+        # but anything else on the GPU at the time (the torch side of this same child, another tool) would then
+        # fail its allocations, and SBX's real use would be unreadable. Without preallocation JAX's allocator
+        # grows with what SBX's small networks need, as torch's caching allocator does for SB3.
+        env["XLA_PYTHON_CLIENT_PREALLOCATE"] = "false"
+        # cpu keeps JAX off the GPU; auto and cuda leave JAX its own choice (the GPU when its CUDA plugin is
+        # installed) and cuda is then checked in the child: jax 0.10 fails JAX_PLATFORMS=cuda without the plugin
+        # by an AssertionError, not a message
+        if args.peer_device == "cpu":
+            env["JAX_PLATFORMS"] = "cpu"
+    return env
+
+
+def run_peer_child(args: argparse.Namespace, name: str, mode: str, seed: int, scratch: Path) -> dict:
+    """Runs :func:`peer_child` in a fresh interpreter and returns what it wrote (``mode``: probe or train)."""
+    peer = PEERS[name]
+    out = scratch / f"{name}-{mode}-{seed}.json"
+    folder = scratch / f"{name}-{seed}"
+    if mode == "train":
+        folder.mkdir(parents=True)
+    spec = {"args": vars(args), "peer": name, "mode": mode, "seed": seed, "out": str(out), "folder": str(folder)}
+    proc = subprocess.run([sys.executable, "-c", CHILD_CODE, json.dumps(spec)], check=False,
+                          env=peer_env(args, peer, str(folder) if mode == "train" else None))
+    result = json.loads(out.read_text()) if out.exists() else {}
+    if "error" in result:
+        raise ConfigError(result["error"])
+    if proc.returncode != 0 or not result:
+        raise RuntimeError(f"the {peer.label} {mode} child (seed {seed}) exited with status {proc.returncode}"
+                           " and no result; its output is above")
+    return result
+
+
+def run_peer(args: argparse.Namespace, name: str, seed: int, scratch: Path) -> RunRecord:
+    """One peer run, one seed, in its own child process."""
+    return RunRecord.from_dict(run_peer_child(args, name, "train", seed, scratch)["record"])
+
+
+def peer_child(spec_json: str) -> int:
+    """Entry point of a peer's child process: ``probe`` checks the peer and its device, ``train`` trains it."""
+    spec = json.loads(spec_json)
+    args = argparse.Namespace(**spec["args"])
+    peer = PEERS[spec["peer"]]
+    try:
+        if spec["mode"] == "probe":
+            result = {"device": peer_device(peer, args.peer_device)}
+        else:  # the device is read after the run, so that JAX's backend start-up stays inside SBX's clock
+            record = train_peer(args, peer, spec["seed"], Path(spec["folder"]))
+            record.device = peer_device(peer, args.peer_device)
+            result = {"record": dataclasses.asdict(record)}
+    except ConfigError as exc:
+        result = {"error": str(exc)}
+    Path(spec["out"]).write_text(json.dumps(result))
+    return 2 if "error" in result else 0
+
+
+def peer_device(peer: Peer, requested: str) -> str:
+    """Where the peer's networks will run, in words; a ConfigError where the asked-for device is missing."""
+    if importlib.util.find_spec(peer.module) is None:
+        raise ConfigError(f"{peer.package} is not installed: pip install -e '.[bench]', or leave {peer.name} out "
+                          f"(--skip-{peer.name} / --peers)")
+    if peer.framework == "torch":
+        import torch
+
+        # SB3 itself falls back to the CPU, silently, when asked for an absent GPU
+        if requested == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("--peer-device cuda: torch sees no CUDA device here; use --peer-device cpu or auto")
+        from stable_baselines3.common.utils import get_device
+
+        device = get_device(requested)
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+        return f"torch {device} ({name})"
+    import jax  # the parent set JAX_PLATFORMS=cpu for --peer-device cpu
+
+    backend, first = jax.default_backend(), jax.devices()[0]
+    if requested == "cuda" and backend != "gpu":
+        raise ConfigError(f"--peer-device cuda: JAX runs on {backend} here (no CUDA plugin, or no GPU it can "
+                          "use: pip install 'jax[cuda12]'); use --peer-device cpu or auto")
+    return f"jax {backend} ({first.device_kind})"
+
+
+def shared_kwargs(args: argparse.Namespace, peer: Peer, seed: int) -> dict:
+    """The constructor arguments every peer gets alike (SB3, SBX SAC and SBX CrossQ)."""
+    # SBX's torch side (its replay buffer) is always on the CPU; JAX picks the networks' device
+    device = args.peer_device if peer.framework == "torch" else "cpu"
+    return {"learning_rate": args.sb3_lr, "buffer_size": 1_000_000, "learning_starts": args.learning_starts,
+            "batch_size": 256, "gamma": 0.99, "train_freq": 1, "gradient_steps": 1, "ent_coef": "auto_1.0",
+            "target_entropy": "auto", "seed": seed, "device": device}
+
+
+def algo_kwargs(args: argparse.Namespace, peer: Peer) -> dict:
+    """What the algorithm adds: SAC's target networks and MLPs; CrossQ's own defaults, bar the critic width."""
+    if peer.algo == "sac":
+        return {"tau": 0.005, "policy_kwargs": {"net_arch": [256, 256]}}
+    units = getattr(args, "crossq_critic_units", 0)
+    return {"policy_kwargs": {"net_arch": {"pi": [256, 256], "qf": [units, units]}}} if units else {}
+
+
+def make_model(args: argparse.Namespace, peer: Peer, seed: int):
+    """The peer's model on the recorded env (imports the peer: call it inside the clock's child)."""
+    model_class = getattr(importlib.import_module(peer.module), peer.model)
+    return model_class("MlpPolicy", gym.make(RECORDED_ID), **shared_kwargs(args, peer, seed),
+                       **algo_kwargs(args, peer))
+
+
+def train_peer(args: argparse.Namespace, peer: Peer, seed: int, folder: Path) -> RunRecord:
+    """One peer run in this (child) process; all peers share the API, the definitions and the callback."""
+    import torch
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    importlib.import_module(peer.module)  # imports before the clock, as for every peer
+    if args.sb3_threads:
+        torch.set_num_threads(args.sb3_threads)
+    record = RunRecord(peer.name, seed, algo=peer.algo)
+    excluded: list[tuple[float, float]] = []  # wall intervals spent in evaluations (not counted)
+
+    def clock(t: float) -> float:
+        """Wall time t with the evaluation time spent before t taken out."""
+        return t - sum(min(e, t) - s for s, e in excluded if s < t)
+
+    eval_env = gym.make(args.env)
+
+    class Bench(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.next_eval = args.eval_every
+
+        def _on_step(self) -> bool:
+            if args.eval_every and self.num_timesteps >= self.next_eval:
+                self.next_eval += args.eval_every
+                start = time.time()
+                mean = evaluate(self.model, eval_env, args.eval_episodes, seed)
+                end = time.time()
+                excluded.append((start, end))
+                record.evals.append((clock(end) - t0, self.num_timesteps, mean))
+                if args.stop_when_reached and both_reached(
+                        train_curve(folder, t0, clock), [r for _, _, r in record.evals], args.threshold_train,
+                        args.threshold_eval, args.window):
+                    record.note = "stopped once both thresholds were reached"
+                    return False
+            if args.wall_budget and clock(time.time()) - t0 >= args.wall_budget:
+                record.note = "stopped at the wall budget"
+                return False
+            return True
+
+    t0 = time.time()
+    model = make_model(args, peer, seed)
+    model.learn(total_timesteps=args.total_steps, callback=Bench())
+    end = time.time()
+    record.wall_s = clock(end) - t0
+    record.env_steps, record.updates = int(model.num_timesteps), int(model._n_updates)
+    record.train = train_curve(folder, t0, clock)
+    eval_env.close()
+    return record
+
+
+def evaluate(model, env: gym.Env, episodes: int, seed: int) -> float:
+    """Mean return of deterministic episodes from fixed start seeds (the same ones every time)."""
+    returns = []
+    for i in range(episodes):
+        obs, _ = env.reset(seed=10_000 * seed + i)
+        done, total = False, 0.0
+        while not done:
+            action, _ = model.predict(obs, deterministic=True)
+            obs, reward, terminated, truncated, _ = env.step(action)
+            total += float(reward)
+            done = terminated or truncated
+        returns.append(total)
+    return sum(returns) / len(returns)
