@@ -62,6 +62,13 @@ MAX_BUFFER_SIZE = 1 << 40  # the native sum tree's capacity limit; a uniform rep
 MIN_REPLAY_ROW_BYTES = 32  # a replay row at obs_dim = act_dim = 1 (replay/storage.py's columns)
 NETWORK_COPIES = 12  # fp32 copies of the hidden weights a run holds at least: nets, targets, Adam moments
 PER_CORE = 4  # processes or threads per core past which more of them only time-share: samplers, torch threads
+# Remote samplers run on other machines, so this machine's cores do not bound them; each still costs a
+# ring in this machine's /dev/shm, a stats row and the bridge process's calls, and past a few hundred
+# one bridge process would be the bottleneck (docs: RAY_REMOTE_SAMPLERS.md, sizing).
+MAX_REMOTE_SAMPLERS = 256
+MAX_REMOTE_BATCH = 16384  # rows per collect call: the design note's upper clamp (a 26.6 ms call across raylets)
+RAY_DEFAULT_PORT = 6379  # what ``ray start --head`` listens on unless told otherwise
+RAY_ADDRESS_VAR = "RAY_ADDRESS"  # Ray's own variable for the cluster to connect to
 
 
 def machine_cores() -> int:
@@ -125,10 +132,23 @@ class TrainConfig:
     total_steps: int = _f(20_000, "env steps to train for (summed over all envs)")
     seed: int = _f(1, "run seed; every env, network and sampler seed is derived from it")
     # --- sampling --------------------------------------------------------------------------------
-    samplers: int = _f(1, "sampler processes (in --serial mode: sampler objects stepped in turn)")
+    samplers: int = _f(1, "sampler processes on this machine (in --serial mode: sampler objects stepped in turn); "
+                          "0 only with --remote-samplers (all sampling remote)")
     envs_per_sampler: int = _f(1, "envs stepped by each sampler, with one batched policy inference per step")
     learning_starts: int = _f(1000, "env steps of uniform random actions before the policy acts and learning starts")
     exploration_noise: float = _f(0.1, "TD3/DDPG: std of the Gaussian action noise while sampling (actions in [-1, 1])")
+    # --- remote samplers (Ray) ------------------------------------------------------------------------
+    ray: str | None = _f(
+        None, "host:port of a running Ray cluster's GCS (its head's ray start --port), or auto ($RAY_ADDRESS, else "
+        f"127.0.0.1:{RAY_DEFAULT_PORT}); connects only, never starts or stops Ray; parallel mode; needs "
+        "pip install \"spreeze_like[ray]\"", metavar="ADDRESS", literal=True, shown="off"
+    )
+    remote_samplers: int = _f(0, "sampler actors on the Ray cluster beside the local --samplers (needs --ray)")
+    remote_envs_per_sampler: int = _f(0, "envs stepped by each remote sampler; 0 = same as --envs-per-sampler")
+    remote_batch: int = _f(0, "transitions per collect call to a remote sampler; 0 = auto, from the measured call "
+                           "cost")
+    remote_place_timeout_s: float = _f(120.0, "seconds a remote sampler may wait for a Ray node with a free CPU before "
+                                       "it is given up (its steps then go to the local samplers)")
     # --- replay ----------------------------------------------------------------------------------
     buffer_size: int = _f(1_000_000, "replay capacity in transitions (FIFO)")
     prioritized: bool = _f(False, "prioritized replay for the critic (proportional, TD-error priorities)")
@@ -224,7 +244,6 @@ class TrainConfig:
             raise bad("device_replay", f"choose one of {', '.join(DEVICE_REPLAY)}")
         positive_ints = (
             "total_steps",
-            "samplers",
             "envs_per_sampler",
             "buffer_size",
             "batch_size",
@@ -237,14 +256,15 @@ class TrainConfig:
         for name in positive_ints:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise bad(name, "must be a whole number >= 1")
-        for name in ("learning_starts", "eval_every", "checkpoint_every", "policy_delay", "seed", "max_restarts"):
+        for name in ("learning_starts", "eval_every", "checkpoint_every", "policy_delay", "seed", "max_restarts",
+                     "samplers", "remote_samplers", "remote_envs_per_sampler", "remote_batch"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
                 raise bad(name, "must be a whole number >= 0")
         for f in dataclasses.fields(self):
             value = getattr(self, f.name)
             if isinstance(value, float) and not math.isfinite(value):
                 raise bad(f.name, "must be a finite number")
-        for name in ("sampler_hang_s", "learner_hang_s", "evaluator_hang_s"):
+        for name in ("sampler_hang_s", "learner_hang_s", "evaluator_hang_s", "remote_place_timeout_s"):
             if not getattr(self, name) >= 1.0:
                 raise bad(name, "must be >= 1 second")
         for name in ("utd", "actor_lr", "critic_lr", "alpha_lr", "alpha_init"):
@@ -278,7 +298,34 @@ class TrainConfig:
         if not self.probe_budget >= 0.5:
             raise bad("probe_budget", "must be >= 0.5 seconds (the probes need time to measure)")
         self._check_bounds(bad)
+        self._check_remote(bad)
         return self
+
+    def _check_remote(self, bad: typing.Callable[[str, str], ConfigError]) -> None:
+        """--ray and the remote sampler counts go together, in the parallel mode only."""
+        if self.ray is not None:
+            if self.serial:
+                raise bad("ray", "remote samplers are a parallel-mode feature; drop --serial")
+            if self.remote_samplers < 1:
+                raise bad("ray", "give --remote-samplers N >= 1 with it (how many sampler actors to run there)")
+            parse_ray_address(self.ray)  # a malformed address: one line now, not in the bridge process later
+        elif self.remote_samplers > 0:
+            raise bad("remote_samplers", "needs --ray ADDRESS (the Ray cluster to run them on)")
+        if self.samplers < 1 and self.remote_samplers < 1:
+            raise bad("samplers", "must be >= 1 (0 only with --remote-samplers N >= 1 and --ray: all sampling remote)")
+        if self.remote_samplers > MAX_REMOTE_SAMPLERS:
+            raise bad("remote_samplers", f"at most {MAX_REMOTE_SAMPLERS} (each is a ring in this machine's /dev/shm "
+                                         "and calls of the one bridge process)")
+        if self.remote_envs_per_sampler > MAX_ENVS:
+            raise bad("remote_envs_per_sampler", f"at most {MAX_ENVS:,} envs in one remote sampler")
+        if self.remote_batch > MAX_REMOTE_BATCH:
+            raise bad("remote_batch", f"at most {MAX_REMOTE_BATCH:,} transitions per call (0: auto)")
+
+    @property
+    def sampler_rows(self) -> int:
+        """Sampler rows of a run: ``sampler-0 .. sampler-(samplers-1)`` are local processes, the next
+        ``remote_samplers`` rows are remote actors (each row its own ring, stats row and quota)."""
+        return self.samplers + self.remote_samplers
 
     def _check_bounds(self, bad: typing.Callable[[str, str], ConfigError]) -> None:
         """Counts that would exhaust processes, threads or memory, or stall the run (review finding 12)."""
@@ -347,6 +394,35 @@ class TrainConfig:
     @classmethod
     def from_json_file(cls, path: str | Path) -> TrainConfig:
         return cls.from_dict(load_json_file(path), source=str(path))
+
+
+# --- the Ray address ----------------------------------------------------------------------------------
+def resolve_ray_address(value: str, environ: typing.Mapping[str, str] | None = None) -> str:
+    """``--ray``'s value as ``host:port``: ``auto`` is ``$RAY_ADDRESS``, else ``127.0.0.1:6379``."""
+    environ = os.environ if environ is None else environ
+    if value.strip().lower() != "auto":
+        return value.strip()
+    found = environ.get(RAY_ADDRESS_VAR, "").strip()
+    if found and found.lower() != "auto":
+        return found
+    return f"127.0.0.1:{RAY_DEFAULT_PORT}"
+
+
+def parse_ray_address(value: str, environ: typing.Mapping[str, str] | None = None) -> tuple[str, int]:
+    """(host, port) of ``--ray``'s value (after :func:`resolve_ray_address`); a one-line ConfigError if malformed.
+
+    A ``ray://`` or ``http://`` prefix is dropped (the host and port are what a connection needs); an
+    IPv6 host is written in brackets, ``[::1]:6379``.
+    """
+    address = resolve_ray_address(value, environ)
+    rest = address.split("://", 1)[-1].rstrip("/")
+    host, sep, port = rest.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+        where = "" if address == value else f" (from {RAY_ADDRESS_VAR}={address!r})"
+        raise ConfigError(f"--ray {value!r} is invalid{where}: give host:port of the Ray head's GCS, e.g. "
+                          f"127.0.0.1:{RAY_DEFAULT_PORT}, or auto")
+    return host, int(port)
 
 
 # --- helpers shared by JSON and argparse -------------------------------------------------------------

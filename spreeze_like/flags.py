@@ -56,6 +56,7 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
         base, optional = unwrap_optional(hints[f.name])
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         shown = "auto" if default is None else (" ".join(map(str, default)) if isinstance(default, tuple) else default)
+        shown = f.metadata.get("shown", shown)
         kwargs: dict[str, Any] = {
             "help": f"{f.metadata.get('help', '')} (default: {shown})",
             "default": argparse.SUPPRESS,
@@ -66,7 +67,8 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
         elif typing.get_origin(base) is tuple:
             kwargs.update(nargs="+", type=int, metavar="N")
         else:
-            kwargs["type"] = _auto_or(base) if optional else base
+            # ``literal``: the text is the value, ``auto`` included (--ray auto is not "no --ray")
+            kwargs["type"] = _auto_or(base) if optional and not f.metadata.get("literal") else base
             kwargs["metavar"] = f.metadata.get("metavar", {int: "N", float: "X", str: "S"}.get(base, "V"))
             if "choices" in f.metadata:
                 kwargs["choices"] = f.metadata["choices"]

@@ -105,6 +105,10 @@ TAGS = {
     "replay/is_weight_mean": "mean importance weight of the sampled batches (1 with uniform replay)",
     "samplers/nonfinite_dropped": "transitions dropped because a value was NaN or inf (total)",
     "stats/nonfinite_steps": "learner updates skipped because a gradient was NaN or inf, both learners (total)",
+    "stats/restarts": "parallel mode: role restarts by the supervisor plus remote sampler actors' restarts (total)",
+    "remote/sampler-<i>/steps_per_s": "remote sampler row i (--remote-samplers): env steps per second over the period",
+    "remote/sampler-<i>/policy_lag": "remote sampler row i: actor versions its batches' policy was behind, mean",
+    "remote/sampler-<i>/restarts": "remote sampler row i: restarts of its actor (total)",
     "hw/cpu_percent": "machine-wide CPU use, percent",
     "hw/mem_used": "machine-wide memory in use, GiB",
 }

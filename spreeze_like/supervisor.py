@@ -7,7 +7,7 @@ The supervisor owns everything a run leaves on the machine:
   ``finally``; ``spreeze_like.ipc.segment``'s ``atexit`` hook is the second line. If it is SIGKILLed,
   the next start's sweep removes them (their creator's lifetime lock is gone; docs/ipc.md).
 - **Processes**: it spawns one process per role (:mod:`spreeze_like.procs.children`), restarts a
-  dead sampler, evaluator or monitor with back-off (counted in ``stats/restarts``), ends the run
+  dead sampler, Ray bridge, evaluator or monitor with back-off (counted in ``stats/restarts``), ends the run
   with a clear message if a learner dies or hangs (``--sampler-hang-s`` etc.; a stopped or frozen
   run is paused, not hung: :meth:`Supervisor._check_hangs`), and joins every child at the end
   (SIGTERM, then SIGKILL after a timeout). Children die with it even when it is SIGKILLed
@@ -19,6 +19,17 @@ The supervisor owns everything a run leaves on the machine:
 
 It never initialises CUDA: it builds no tensor and no model (weight-board sizes come from networks
 on torch's ``meta`` device), and reads checkpoint parts that the learners moved to the CPU.
+
+Remote samplers (``--ray ADDRESS --remote-samplers R``): sampler rows ``sampler-0 .. sampler-(L-1)``
+are local processes, ``sampler-L .. sampler-(L+R-1)`` remote actors that the ``ray-bridge`` child
+(:mod:`spreeze_like.procs.ray_bridge_proc`, the only Ray driver) runs and whose rings and rows it
+writes. Every row has a ring, a stats row and a quota (the control row's ``quota-<i>``), and counts
+in the global step and the end-of-sampling check. Before any segment, a preflight checks that Ray is
+installed (``importlib.util.find_spec``: this process never imports ray) and that the cluster's
+address accepts a TCP connection within :data:`RAY_CONNECT_S`; either failure is one line, exit
+status 2. When the bridge gives a remote sampler up (``abandoned`` in its row) with steps of its quota
+left, the supervisor hands them to the local samplers (:meth:`Supervisor._reassign_abandoned`), or
+ends the run with one line when no sampler is left to take them.
 
 Stop order (end of training, Ctrl-C, SIGTERM or a failure): samplers stop (phase ``FINISH``: the
 learners then catch up to the UTD budget on the data collected; ``HALT``: they only finish the
@@ -32,10 +43,12 @@ after Ctrl-C, 143 after SIGTERM, the final ``status.json`` written).
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import math
 import multiprocessing
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Callable
@@ -45,9 +58,9 @@ from typing import Any
 
 from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.checkpoint import interrupted_line, resume_hint
-from spreeze_like.config import TrainConfig
+from spreeze_like.config import TrainConfig, parse_ray_address, resolve_ray_address
 from spreeze_like.envs import env_info
-from spreeze_like.errors import ShmError, SpreezeError
+from spreeze_like.errors import ConfigError, ShmError, SpreezeError
 from spreeze_like.ipc import new_run_id
 from spreeze_like.ipc.naming import sweep_shm
 from spreeze_like.procs import pacing
@@ -59,11 +72,13 @@ from spreeze_like.procs.control import (
     EXIT_USER_ERROR,
     FINISH,
     HALT,
+    RAY_BRIDGE,
     STARTING,
     SUPERVISOR,
     ChildArgs,
     error_file,
     parallel_schema,
+    quota_slot,
     set_state,
 )
 from spreeze_like.procs.descendants import Reaper, kill_tagged
@@ -72,7 +87,9 @@ from spreeze_like.procs.hangs import HangWatch
 from spreeze_like.procs.parts import LEARNERS, CheckpointCoordinator, remove_parts
 from spreeze_like.procs.segments import OwnedSegments, RunSegments, vector_sizes
 from spreeze_like.procs.status import eval_history, trim_eval_history, write_status
+from spreeze_like.remote.sizing import remote_batch_rows
 from spreeze_like.results import TrainResult
+from spreeze_like.roles.monitor import REMOTE_INFO_FILE, read_remote_info
 from spreeze_like.rundir import RunContext
 from spreeze_like.seeding import derive_seed
 from spreeze_like.write_guard import WriteGuard
@@ -80,6 +97,8 @@ from spreeze_like.write_guard import WriteGuard
 HALT_WAIT_S = 5.0  # Ctrl-C: learners finish the update in hand within this, or the checkpoint is skipped
 JOIN_S = 10.0
 DEFER_MAX_S = 60.0  # the evaluator and monitor start when the learners are up, or after this at the latest
+RAY_CONNECT_S = 5.0  # --ray's preflight: the cluster's GCS port must accept a TCP connection within this
+RAY_MISSING = 'error: --ray needs Ray: pip install "spreeze_like[ray]"'
 
 
 class RoleFailedError(SpreezeError):
@@ -115,8 +134,12 @@ class Supervisor:
         self.stopped_early = False
         self.evaluations_seen = 0
         payload = context.payload or {}
+        # every sampler row, remote ones included (a resume may change the number of either: missing rows start at 0)
         self.restored = [(int(s.get("env_steps", 0)), int(s.get("episodes", 0)))
-                         for s in (payload.get("roles", {}).get(f"sampler-{i}", {}) for i in range(config.samplers))]
+                         for s in (payload.get("roles", {}).get(f"sampler-{i}", {}) for i in range(config.sampler_rows))]
+        self.quotas: list[int] = []  # per sampler row, what the control row's quota-<i> holds (only this process writes)
+        self._remote_info: dict[str, Any] | None = None  # the last remote_samplers.json read whole
+        self.ray_address: str | None = None  # --ray resolved (auto: $RAY_ADDRESS or the local default) by the preflight
 
     def say(self, line: str) -> None:
         self._print(line)
@@ -129,6 +152,7 @@ class Supervisor:
             self.say(f"[spreeze] {line}")
         self.signals.install()
         try:
+            self._preflight_ray()  # before any segment: a missing Ray or a dead address costs nothing to undo
             self._create_segments()
             self.reaper.start()  # before any role: kills their envs' processes if this process is SIGKILLed
             self._spawn_all()
@@ -156,17 +180,48 @@ class Supervisor:
                 self.reaper.stop()
                 self.signals.restore()
 
+    def _preflight_ray(self) -> None:
+        """``--ray``: Ray installed, and the cluster's address accepting a TCP connection (one line, exit 2).
+
+        Only a connection is tried, never ``import ray`` (this process stays light; the bridge is the
+        one Ray driver), so a wrong Ray version or a token mismatch is the bridge's one line later.
+        """
+        cfg = self.config
+        if cfg.ray is None:
+            return
+        if importlib.util.find_spec("ray") is None:
+            raise ConfigError(RAY_MISSING.removeprefix("error: "))
+        self.ray_address = resolve_ray_address(cfg.ray)
+        host, port = parse_ray_address(cfg.ray)
+        said = f"--ray {cfg.ray}" + (f" ({self.ray_address})" if self.ray_address != cfg.ray else "")
+        try:
+            with socket.create_connection((host, port), timeout=RAY_CONNECT_S):
+                pass
+        except OSError as exc:
+            why = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
+            raise ConfigError(f"{said}: no Ray cluster answers at {host}:{port} ({why} within {RAY_CONNECT_S:.0f} s); "
+                              f"start one there (ray start --head --port={port}) or give its head's host:port"
+                              ) from None
+
     def _create_segments(self) -> None:
         cfg = self.config
         info = env_info(cfg.env)
         self.spec = AlgoSpec.from_config(cfg, info.obs_dim, info.act_dim)
-        self.lead = pacing.default_lead(cfg.samplers, cfg.envs_per_sampler, cfg.utd)
+        # The local samplers' lead (their resume gap and their rings), plus two collect batches in flight per
+        # remote sampler (pacing.remote_lead): the run's lead, which the critic's allowance adds.
+        self.local_lead = pacing.default_lead(cfg.samplers, cfg.envs_per_sampler, cfg.utd)
+        batch = remote_batch_rows(cfg) if cfg.remote_samplers else 0
+        self.lead = self.local_lead + pacing.remote_lead(cfg.remote_samplers, batch)
+        remote_envs = cfg.remote_envs_per_sampler or cfg.envs_per_sampler
         actor_n, critic_n = vector_sizes(self.spec)
-        self.plan = RunSegments.plan(self.run_id, cfg.samplers, cfg.prioritized, cfg.buffer_size, info.obs_dim,
-                                     info.act_dim, pacing.ring_capacity(self.lead, cfg.envs_per_sampler),
-                                     actor_n, critic_n)
+        self.plan = RunSegments.plan(
+            self.run_id, cfg.sampler_rows, cfg.prioritized, cfg.buffer_size, info.obs_dim, info.act_dim,
+            pacing.ring_capacity(self.local_lead, cfg.envs_per_sampler), actor_n, critic_n,
+            remote_rows=cfg.remote_samplers,
+            remote_ring_capacity=pacing.ring_capacity(self.local_lead, remote_envs, batch) if batch else 0)
         try:
-            self.owned = self.plan.create(parallel_schema(cfg.samplers), derive_seed(cfg.seed, "replay/tree"))
+            self.owned = self.plan.create(parallel_schema(cfg.sampler_rows, bridge=cfg.remote_samplers > 0),
+                                          derive_seed(cfg.seed, "replay/tree"))
         except ShmError as exc:  # a full /dev/shm: replay is nearly all of it, so name the flag that sizes it
             raise ShmError(f"{exc} (replay: --buffer-size {cfg.buffer_size:,} transitions)") from None
         self.owned.write_manifest(self.run_dir / "shm.json")
@@ -174,6 +229,10 @@ class Supervisor:
         self.control = self.block.role(CONTROL)
         self.me = self.block.role(SUPERVISOR)
         self.me.claim()
+        # Each row's quota is in the control row before any sampler or the bridge exists (they read it every loop).
+        self.quotas = pacing.sampler_quotas(cfg.total_steps - self.context.start_step, cfg.sampler_rows)
+        for i, quota in enumerate(self.quotas):
+            self.control.set(quota_slot(i), float(quota))
         self.ckpt = CheckpointCoordinator(self.run_dir, self.control, cfg, self.context.generation, self.restored,
                                           self.context.checkpoint_path)
         # Samplers may collect the warm-up while the learners are still importing torch: the critic
@@ -185,14 +244,18 @@ class Supervisor:
 
     def _spawn_all(self) -> None:
         cfg = self.config
-        quotas = pacing.sampler_quotas(cfg.total_steps - self.context.start_step, cfg.samplers)
         roles: list[tuple[str, str, bool, dict[str, Any]]] = [
             ("critic-learner", "critic_learner_proc", False, {"lead": self.lead}),
             ("actor-learner", "actor_learner_proc", False, {}),
         ]
-        roles += [(f"sampler-{i}", "sampler_proc", True, {"quota": quotas[i], "restored": self.restored[i],
-                                                             "lead": self.lead})
+        # local samplers only: the remote rows are the bridge's (their quotas are in the control row)
+        roles += [(f"sampler-{i}", "sampler_proc", True, {"restored": self.restored[i], "lead": self.local_lead})
                   for i in range(cfg.samplers)]
+        if cfg.remote_samplers > 0:  # the one Ray driver, restartable like a sampler, started with them
+            first, count = cfg.samplers, cfg.remote_samplers
+            roles.append((RAY_BRIDGE, "ray_bridge_proc", True, {
+                "first": first, "count": count, "lead": self.lead, "address": self.ray_address,
+                "restored": {i: self.restored[i] for i in range(first, first + count)}}))
         roles += [("evaluator", "evaluator_proc", True, {"t0": self.t0}),
                   ("monitor", "monitor_proc", True, {"t0": self.t0})]
         for role, module, restartable, extra in roles:
@@ -240,7 +303,7 @@ class Supervisor:
             elif steps >= next_ckpt:
                 next_ckpt = (steps // every + 1) * every
                 self.ckpt.ask()
-            if all(snap[f"sampler-{i}"]["done"] for i in range(self.config.samplers)):
+            if self._sampling_done(snap):
                 return
             if self._reached_return(snap["evaluator"]):
                 return
@@ -271,6 +334,8 @@ class Supervisor:
                 self.me.add("restarts")
                 self.say(f"[spreeze] {child.role} restarted (pid {child.pid}, restart {child.restarts})")
         self._check_hangs(now)
+        if self.config.remote_samplers > 0 and self.failure is None and self.state == "running":
+            self._reassign_abandoned()
         self._write_status()
 
     def _on_death(self, child: RoleProcess, now: float) -> None:
@@ -301,8 +366,54 @@ class Supervisor:
                 self.failure = (f"{hang.role} (pid {hang.child.pid}) hung for {hang.age:.0f} s and was killed; "
                                 f"{self._resume_hint()}")
 
+    def _sampling_done(self, snap: dict[str, dict[str, float]]) -> bool:
+        """Every sampler row, remote ones included, is done with its quota as it stands now.
+
+        ``done`` alone is not enough: a local sampler that finished its quota is still ``done`` for an
+        instant after :meth:`_reassign_abandoned` raised it.
+        """
+        return all(snap[f"sampler-{i}"]["done"] and snap[f"sampler-{i}"]["env_steps"] >= quota
+                   for i, quota in enumerate(self.quotas))
+
+    def _reassign_abandoned(self) -> None:
+        """Hand the steps left of each remote sampler the bridge gave up to the samplers still there.
+
+        The bridge kills the actor and drops its late rows before it sets ``abandoned``, so the row's
+        ``env_steps`` (read after ``abandoned``) is final. Its quota becomes that count and the rest goes
+        to the local samplers, split evenly (exact total); with no local sampler, to the remote samplers
+        not given up. With neither, the run ends with one line (exit status 2).
+        """
+        cfg = self.config
+        for i in range(cfg.samplers, cfg.sampler_rows):
+            row = self.block.role(f"sampler-{i}")
+            if not row.get("abandoned"):
+                continue
+            taken = int(row.get("env_steps"))
+            left = self.quotas[i] - taken
+            if left <= 0:
+                continue
+            receivers = list(range(cfg.samplers)) or [
+                j for j in range(cfg.samplers, cfg.sampler_rows)
+                if j != i and not self.block.role(f"sampler-{j}").get("abandoned")]
+            if not receivers:
+                self.user_error = self.failure = (
+                    f"no sampler can be placed: remote sampler-{i} was given up with {left:,} of its env steps left "
+                    f"and no local or remote sampler is left to take them (see the ray-bridge's line above and "
+                    f"{self.run_dir / REMOTE_INFO_FILE}); add Ray nodes with free CPUs or local samplers (--samplers N) "
+                    f"and resume: {self._resume_hint()}")
+                return
+            new = pacing.reassign_quota(self.quotas, i, taken, receivers)
+            for j in receivers:  # raise the receivers first: the total never dips below the run's steps
+                self.control.set(quota_slot(j), float(new[j]))
+            self.control.set(quota_slot(i), float(new[i]))
+            self.quotas = new
+            who = ", ".join(f"sampler-{j}" for j in receivers)
+            self.say(f"[spreeze] remote sampler-{i} was given up after {taken:,} env steps; its {left:,} steps left go "
+                     f"to {who}")
+
     def _global_step(self, snap: dict[str, dict[str, float]]) -> int:
-        steps = self.context.start_step + int(sum(snap[f"sampler-{i}"]["env_steps"] for i in range(self.config.samplers)))
+        steps = self.context.start_step + int(sum(snap[f"sampler-{i}"]["env_steps"]
+                                                  for i in range(self.config.sampler_rows)))
         self.me.set("env_steps", float(steps))
         return steps
 
@@ -397,7 +508,7 @@ class Supervisor:
             run_dir=self.run_dir, env_steps=steps, critic_updates=int(snap["critic-learner"]["total_updates"]),
             actor_updates=int(snap["actor-learner"]["total_updates"]),
             episodes=sum(e for _, e in self.restored) + int(sum(snap[f"sampler-{i}"]["episodes"]
-                                                                for i in range(self.config.samplers))),
+                                                                for i in range(self.config.sampler_rows))),
             final_eval_return=float(final["mean_return"]) if final else float("nan"),
             final_eval_returns=tuple(final["returns"]) if final else (), evals=evals,
             wall_s=time.monotonic() - t0, mode="parallel", stopped_early=self.stopped_early)
@@ -436,8 +547,12 @@ class Supervisor:
         self._status_t = now
         snap = self.block.snapshot() if self.owned is not None and self.owned.stats is not None else {}
         steps = int(snap.get(SUPERVISOR, {}).get("env_steps", 0))
+        extra: dict[str, Any] = {}
+        if self.config.remote_samplers > 0:  # what the bridge last wrote; a missing or torn file keeps the last good
+            self._remote_info = read_remote_info(self.run_dir) or self._remote_info
+            extra["remote_samplers"] = self._remote_info
         write_status(self.run_dir, self.run_id, self.state, steps, self.config.total_steps, self._last_checkpoint(),
-                     self.failure, self.children, snap, final=force, guard=self.status_guard)
+                     self.failure, self.children, snap, final=force, guard=self.status_guard, extra=extra)
 
     def _take_error_line(self, child: RoleProcess) -> str:
         """The one line a child left in its error file (removed once read), or a generic one."""

@@ -10,6 +10,11 @@ only the supervisor writes; every child reads it in its loop (a few aligned 8-by
   of checkpoint ``ckpt_request`` (see :mod:`spreeze_like.procs.parts`) and then sets ``ckpt_ack``.
 - ``eval_request`` / ``eval_step``: the evaluator runs an evaluation at ``eval_step`` and sets
   ``eval_ack`` (the final evaluation).
+- ``quota-<i>``: env steps sampler row ``i`` may take in this session, set at start from
+  :func:`~spreeze_like.procs.pacing.sampler_quotas`. A local sampler (and the Ray bridge, for the
+  remote rows) reads it on every iteration. The supervisor may raise a quota mid-run; it lowers one
+  only to an abandoned remote row's own step count, handing the rest to the samplers left
+  (:func:`~spreeze_like.procs.pacing.reassign_quota`).
 
 Each role reports its progress in the state word of its own row (:data:`STARTING` ...
 :data:`DONE`), and beats its heartbeat in every loop, waits included. One writer per row, so no
@@ -50,10 +55,13 @@ EXIT_ROLE_ERROR = 4  # a child's SpreezeError that is not a usage error (exit_co
 CONTROL = "control"
 SUPERVISOR = "supervisor"
 MONITOR = "monitor"
+RAY_BRIDGE = "ray-bridge"  # the one Ray driver: writes the remote samplers' rows and rings (procs/ray_bridge_proc.py)
 
 # Slots the parallel mode adds to the roles of ``metrics.stats_schema`` (all float64, like theirs).
+# A sampler row's ``abandoned`` (1 once the bridge gave its remote actor up for good), ``remote_restarts``
+# and ``in_flight`` (rows asked for, not yet received) are the bridge's; a local sampler leaves them 0.
 _EXTRA_SLOTS: dict[str, tuple[str, ...]] = {
-    "sampler": ("done", "pace_wait_s", "ring_waits", "ring_wait_s"),
+    "sampler": ("done", "pace_wait_s", "ring_waits", "ring_wait_s", "abandoned", "remote_restarts", "in_flight"),
     "critic-learner": ("done", "total_updates", "allowance", "ckpt_ack", "update_s", "drain_s", "data_wait_s",
                        "actor_wait_s", "learn_t0", "learn_t1", "learn_cpu_s", "drained_rows"),
     "actor-learner": ("done", "total_updates", "ckpt_ack", "update_s", "wait_s"),
@@ -65,16 +73,32 @@ _NEW_ROLES: dict[str, tuple[str, ...]] = {
     SUPERVISOR: ("restarts", "env_steps"),
     MONITOR: ("done",),
 }
+# The bridge's row, present only in a run with remote samplers: ``connected`` (1 once ray.init succeeded),
+# ``cpu_s`` (its process CPU seconds), ``rows_written`` (into the remote rings), ``calls`` (collect calls).
+_BRIDGE_SLOTS = ("done", "connected", "cpu_s", "rows_written", "calls")
 
 
-def parallel_schema(samplers: int) -> dict[str, list[str]]:
-    """The serial mode's stats slots plus the parallel mode's control, timing and ack slots."""
+def quota_slot(row: int) -> str:
+    """The control row's slot holding the env steps sampler row ``row`` may take in this session."""
+    return f"quota-{row}"
+
+
+def parallel_schema(samplers: int, bridge: bool = False) -> dict[str, list[str]]:
+    """The serial mode's stats slots plus the parallel mode's control, timing, ack and quota slots.
+
+    Args:
+        samplers: sampler rows, local and remote (``TrainConfig.sampler_rows``).
+        bridge: add the ``ray-bridge`` row (a run with remote samplers).
+    """
     schema = stats_schema(samplers)
     for role in role_names(samplers):
         kind = "sampler" if role.startswith("sampler") else role
         schema[role] = schema[role] + [s for s in _EXTRA_SLOTS[kind] if s not in schema[role]]
     for role, slots in _NEW_ROLES.items():
         schema[role] = list(slots)
+    schema[CONTROL] += [quota_slot(i) for i in range(samplers)]
+    if bridge:
+        schema[RAY_BRIDGE] = list(_BRIDGE_SLOTS)
     return schema
 
 
@@ -99,6 +123,10 @@ class Control:
     def eval_request(self) -> tuple[int, int]:
         """(request number, env step to evaluate at)."""
         return int(self._row.get("eval_request")), int(self._row.get("eval_step"))
+
+    def quota(self, row: int) -> int:
+        """Env steps sampler row ``row`` may take in this session (the supervisor may raise it mid-run)."""
+        return int(self._row.get(quota_slot(row)))
 
 
 class Napper:
@@ -128,7 +156,7 @@ class ChildArgs:
 
     Attributes:
         role: role name (``sampler-0``, ``critic-learner``, ...).
-        index: sampler index (0 for other roles).
+        index: sampler row index (0 for other roles).
         config: the resolved :class:`~spreeze_like.config.TrainConfig`.
         spec: the :class:`~spreeze_like.algos.spec.AlgoSpec` the supervisor derived from the env's sizes,
             so that no role makes an env just to read them (a learner never makes one at all).
@@ -139,7 +167,7 @@ class ChildArgs:
         checkpoint_path: checkpoint to restore this role's state from (resume), or None.
         generation: resume count (seeds differ per session).
         restarts: how often this role was restarted in this session (seeds differ per restart).
-        extra: role-specific settings (sampler quota, pacing constants, ...).
+        extra: role-specific settings (pacing constants, restored counters, ...; quotas are in the control row).
     """
 
     role: str
@@ -201,11 +229,12 @@ def child_main(module: str, args: ChildArgs) -> None:
 # the critic waits for its data, and while a learner waits the sampler runs. The evaluator and the
 # monitor stay at normal priority: niced, they starved on a loaded machine and delayed the end of a
 # run (docs/parallel.md, "Start-up on small machines"); they are idle most of the time anyway.
-ROLE_NICENESS = {"sampler": 5}
+# The Ray bridge only feeds too (it waits on Ray's replies and copies them into rings), so it yields like one.
+ROLE_NICENESS = {"sampler": 5, RAY_BRIDGE: 5}
 
 
 def _lower_priority(role: str) -> None:
-    increment = ROLE_NICENESS.get(role.split("-")[0], 0)
+    increment = ROLE_NICENESS.get("sampler" if role.startswith("sampler-") else role, 0)
     if increment:
         try:
             os.nice(increment)

@@ -65,7 +65,8 @@ def run(args: ChildArgs) -> None:
         tree = shm.tree(derive_seed(cfg.seed, "replay/critic")) if cfg.prioritized else None
         sampler, _ = build.replay_samplers(cfg, storage, tree)
         writer = ReplayWriter(sampler, args.segments.layout, block.role("replay"))
-        feeder = RingFeeder([shm.ring(i, "reader") for i in range(cfg.samplers)], writer, row)
+        # every sampler row's ring: the local samplers' and the remote ones' (written by the ray-bridge)
+        feeder = RingFeeder([shm.ring(i, "reader") for i in range(cfg.sampler_rows)], writer, row)
         learner = build.critic_learner(cfg, spec, sampler, shm.board("actor", "reader"), shm.board("critic", "writer"),
                                        row)
         if mode == "thread" and type(learner.batches).__name__ == "MirrorBatches":

@@ -6,7 +6,8 @@ resource: it reads the stats block's snapshot and ``/proc/<pid>/stat``.
 
 Rules (review findings 8 and 9):
 
-- Limits: ``--sampler-hang-s`` (default 60), ``--learner-hang-s`` (180), ``--evaluator-hang-s``
+- Limits: ``--sampler-hang-s`` (default 60; also the ``ray-bridge``'s, which beats in every loop
+  like a sampler; remote actors' hangs are the bridge's own business), ``--learner-hang-s`` (180), ``--evaluator-hang-s``
   (600; the evaluator beats during evaluations too), and :data:`MONITOR_HANG_S` for the monitor,
   which runs no user code (it reads shared memory and writes files, and a full disk no longer
   stops it), so it needs no flag.
@@ -34,7 +35,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from spreeze_like.procs.control import STARTING
+from spreeze_like.procs.control import RAY_BRIDGE, STARTING
 
 MONITOR_HANG_S = 120.0
 STARTUP_GRACE_S = 120.0  # importing torch on a loaded machine can take this long before the loop runs
@@ -68,7 +69,7 @@ class HangWatch:
     def __init__(self, config: Any, say: Callable[[str], None]) -> None:
         self.limits = {"sampler": config.sampler_hang_s, "critic-learner": config.learner_hang_s,
                        "actor-learner": config.learner_hang_s, "evaluator": config.evaluator_hang_s,
-                       "monitor": MONITOR_HANG_S}
+                       "monitor": MONITOR_HANG_S, RAY_BRIDGE: config.sampler_hang_s}
         self.say = say
         self._checked_at: float | None = None
         self._clocks_from = -math.inf  # ages count from here at the earliest (the end of the last pause)

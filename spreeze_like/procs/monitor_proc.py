@@ -6,7 +6,8 @@ update whatever the TensorBoard rate. It adds the scalars only a parallel run ha
 
 - ``ipc/ring_fill`` (records waiting in all rings), ``ipc/ring_full_waits`` (sampler writes that
   found their ring full, total),
-- ``stats/restarts`` (role restarts by the supervisor, total),
+- ``stats/restarts`` (role restarts by the supervisor plus the remote sampler actors' restarts that the
+  Ray bridge counts in their rows' ``remote_restarts``, total),
 - ``perf/critic_busy`` / ``perf/critic_data_wait`` / ``perf/critic_actor_wait`` (fractions of the
   period the critic learner spent updating / waiting for data / waiting for the actor),
   ``perf/sampler_pace_wait`` (fraction of the period the average sampler waited for the learners).
@@ -51,7 +52,9 @@ class ParallelScalars:
         samplers = [r for r in snap if r.startswith("sampler-")]
         writer.add_scalar("ipc/ring_fill", float(sum(ring.fill() for ring in self.rings)), step)
         writer.add_scalar("ipc/ring_full_waits", sum(snap[r].get("ring_waits", 0.0) for r in samplers), step)
-        writer.add_scalar("stats/restarts", snap.get(SUPERVISOR, {}).get("restarts", 0.0), step)
+        restarts = snap.get(SUPERVISOR, {}).get("restarts", 0.0) + sum(snap[r].get("remote_restarts", 0.0)
+                                                                       for r in samplers)
+        writer.add_scalar("stats/restarts", restarts, step)
         if self.before is not None:
             dt = max(now - self.t_before, 1e-9)
             critic, before = snap.get("critic-learner", {}), self.before.get("critic-learner", {})
@@ -77,7 +80,7 @@ def run(args: ChildArgs) -> None:
                           tb_interval=cfg.tb_interval, log_interval=cfg.log_interval,
                           purge_step=args.start_step + 1 if resumed and args.restarts == 0 else None,
                           print_fn=_print, session_start=args.extra.get("t0"))
-        extra = ParallelScalars([shm.ring(i, None) for i in range(cfg.samplers)])
+        extra = ParallelScalars([shm.ring(i, None) for i in range(cfg.sampler_rows)])  # remote rows' rings too
         nap = min(0.1, max(0.02, cfg.tb_interval / 4))
         evaluator = block.role("evaluator")
         set_state(row, RUNNING)

@@ -79,9 +79,24 @@ def resume_gap(lead: int) -> int:
     return max(1, lead // 2)
 
 
-def ring_capacity(lead: int, envs_per_sampler: int) -> int:
-    """Records per ring: a power of two above the lead, so pacing (rule 2) binds before backpressure."""
-    need = max(2 * lead, 8 * envs_per_sampler, 256)
+def remote_lead(remote_samplers: int, batch_rows: int) -> int:
+    """What the lead grows by with remote samplers: each may have two collect calls of ``batch_rows`` in flight.
+
+    The bridge asks an actor for ``n`` rows only while ``allowance - emitted - in flight >= n``, so
+    without this a lead of 64 would never admit a batch of 2048; with it, UTD stays exact (rule 1)
+    and the remote samplers run ahead by at most their in-flight rows.
+    """
+    return 2 * max(0, remote_samplers) * max(0, batch_rows)
+
+
+def ring_capacity(lead: int, envs_per_sampler: int, batch_rows: int = 0) -> int:
+    """Records per ring: a power of two above the lead, so pacing (rule 2) binds before backpressure.
+
+    ``batch_rows`` > 0 sizes a remote sampler's ring (local lead, its envs and its collect batch): room
+    for two calls in flight plus two replies waiting for the feeder, since the bridge issues a call
+    only when the ring has room for all of its in-flight rows.
+    """
+    need = max(2 * lead, 8 * envs_per_sampler, 256, 4 * batch_rows)
     return 1 << (need - 1).bit_length()
 
 
@@ -94,6 +109,25 @@ def sampler_quotas(remaining: int, samplers: int) -> list[int]:
     """Env steps each sampler takes in this session; they add up to ``remaining`` exactly."""
     base, extra = divmod(max(0, remaining), samplers)
     return [base + (1 if i < extra else 0) for i in range(samplers)]
+
+
+def reassign_quota(quotas: list[int], abandoned: int, taken: int, receivers: list[int]) -> list[int]:
+    """Quotas after sampler row ``abandoned`` was given up having taken ``taken`` env steps.
+
+    Its quota becomes ``taken`` and the remainder is split over the ``receivers`` (row indices) as
+    evenly as :func:`sampler_quotas` splits, the first receivers taking the odd steps, so the total
+    is unchanged. With no receivers (or nothing left) the quotas are returned unchanged: the caller
+    decides what a remainder nobody can take means.
+    """
+    left = quotas[abandoned] - taken
+    receivers = [r for r in receivers if r != abandoned]
+    if left <= 0 or not receivers:
+        return list(quotas)
+    new = list(quotas)
+    new[abandoned] = taken
+    for row, share in zip(receivers, sampler_quotas(left, len(receivers))):
+        new[row] += share
+    return new
 
 
 def backoff_s(failures: int, first_s: float = 1.0, cap_s: float = 30.0) -> float:

@@ -15,7 +15,8 @@ So ``--resume RUN_DIR`` loads a parallel run's checkpoint exactly like a serial 
 run's checkpoint resumes in parallel). A crash at any step leaves the previous checkpoint intact:
 parts are not checkpoints, the loader never looks at them, and the next save removes stale ones.
 
-Samplers write no part: their state is two counters, which the stats block already holds, and RNG
+Samplers write no part: their state is two counters, which the stats block already holds (a remote
+sampler's row too: the Ray bridge writes it, and its counters go into the payload like a local one's), and RNG
 states, which a resumed session re-derives from the run seed and its generation (a resumed sampler
 must not replay the previous session's random streams anyway). Their entries in the payload carry
 freshly derived RNG states only to keep the serial format.
@@ -151,7 +152,7 @@ class CheckpointCoordinator:
         control: the stats block's ``control`` row (only the supervisor writes it).
         config: the resolved config.
         generation: this session's resume count.
-        restored: per sampler, (env steps, episodes) restored from the resumed checkpoint.
+        restored: per sampler row, local and remote, (env steps, episodes) restored from the resumed checkpoint.
         last: the newest checkpoint so far (the resumed one, or None).
     """
 
@@ -184,7 +185,7 @@ class CheckpointCoordinator:
                 return "skipped"
             return "waiting"
         samplers = [(self.restored[i][0] + int(snap[f"sampler-{i}"]["env_steps"]),
-                     self.restored[i][1] + int(snap[f"sampler-{i}"]["episodes"])) for i in range(cfg.samplers)]
+                     self.restored[i][1] + int(snap[f"sampler-{i}"]["episodes"])) for i in range(cfg.sampler_rows)]
         try:
             parts = [read_part(self.run_dir, k, role) for role in LEARNERS]
             for role, part in zip(LEARNERS, parts):

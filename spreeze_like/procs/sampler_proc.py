@@ -3,10 +3,12 @@
 Ports: its own ring (attached as the one writer) is the transition sink, the actor weight board
 (reader) the policy source, its stats row the stats writer. The loop:
 
-- steps while the phase is ``RUN``, its session quota is not done and the samplers' emitted
-  total is below the critic learner's allowance (:mod:`spreeze_like.procs.pacing`, rule 2);
+- steps while the phase is ``RUN``, its session quota (the control row's ``quota-<i>``, read on every
+  iteration: the supervisor raises it when a remote sampler is given up) is not done and the
+  samplers' emitted total, remote rows included, is below the critic learner's allowance
+  (:mod:`spreeze_like.procs.pacing`, rule 2);
 - otherwise waits (``WAITING``) or, once the quota is done or the phase left ``RUN``, idles
-  (``DONE``) until ``EXIT``;
+  (``DONE``) until ``EXIT`` (a raised quota sets it running again while the phase is ``RUN``);
 - beats its heartbeat every iteration, waits included, so the supervisor can tell a hung env from
   a paced sampler.
 
@@ -82,19 +84,18 @@ def run(args: ChildArgs) -> None:
         session_steps = int(row.get("env_steps"))  # > 0 after a restart: this session's steps so far
         worker.env_steps = restored_steps + session_steps
         worker.episodes = restored_episodes + int(row.get("episodes"))
-        quota = int(args.extra["quota"])
         critic = block.role("critic-learner")
         napper = Napper(max_s=2e-3)
         gap = pacing.resume_gap(int(args.extra.get("lead", 1)))
         try:
-            _loop(worker, row, control, sampler_rows, critic, quota, napper, gap)
+            _loop(worker, row, control, sampler_rows, critic, i, napper, gap)
         except StopSampling:
             pass
         finally:
             worker.close()
 
 
-def _loop(worker: SamplerWorker, row: object, control: Control, sampler_rows: list, critic: object, quota: int,
+def _loop(worker: SamplerWorker, row: object, control: Control, sampler_rows: list, critic: object, index: int,
           napper: Napper, gap: int = 1) -> None:
     set_state(row, RUNNING)
     waiting = False
@@ -103,7 +104,7 @@ def _loop(worker: SamplerWorker, row: object, control: Control, sampler_rows: li
         phase = control.phase()
         if phase == EXIT:
             return
-        if phase != RUN or row.get("env_steps") >= quota:
+        if phase != RUN or row.get("env_steps") >= control.quota(index):
             set_state(row, DONE)
             napper.nap()
             continue

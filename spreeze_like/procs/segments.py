@@ -3,7 +3,8 @@
 ========== ===================================== ====================== =============================
 kind       what                                  writer                 readers
 ========== ===================================== ====================== =============================
-``ring``   one SPSC transition ring per sampler  that sampler           the critic learner's feeder
+``ring``   one SPSC transition ring per sampler  that sampler (a remote   the critic learner's feeder
+           row, local or remote                  one's: ``ray-bridge``)
 ``replay`` replay storage (columnar, FIFO)       critic learner feeder  critic and actor learners
 ``prio``   native sum tree (``--prioritized``)   critic learner         critic learner
 ``w-actor`` actor weight board (seqlock)         actor learner          samplers, evaluator, critic
@@ -53,10 +54,17 @@ class RunSegments:
     ring_capacity: int
     actor_params: int
     critic_params: int
+    remote_rows: int = 0  # the last ``remote_rows`` rings are remote samplers' (written by the ray-bridge)
+    remote_ring_capacity: int = 0  # their records (sized for the bridge's collect batches); 0: ``ring_capacity``
 
     @property
     def layout(self) -> TransitionLayout:
         return TransitionLayout(self.obs_dim, self.act_dim)
+
+    def capacity_of(self, index: int) -> int:
+        """Records of ring ``index``: remote rows' rings may be larger than the local samplers' ones."""
+        remote = index >= len(self.rings) - self.remote_rows and self.remote_ring_capacity > 0
+        return self.remote_ring_capacity if remote else self.ring_capacity
 
     def names(self) -> list[str]:
         """Every segment name, in creation order (what ``shm.json`` lists)."""
@@ -65,14 +73,20 @@ class RunSegments:
 
     @classmethod
     def plan(cls, run_id: str, samplers: int, prioritized: bool, capacity: int, obs_dim: int, act_dim: int,
-             ring_capacity: int, actor_params: int, critic_params: int, creator_pid: int | None = None) -> RunSegments:
-        """The names and shapes (nothing created yet)."""
+             ring_capacity: int, actor_params: int, critic_params: int, creator_pid: int | None = None,
+             remote_rows: int = 0, remote_ring_capacity: int = 0) -> RunSegments:
+        """The names and shapes (nothing created yet).
+
+        ``samplers`` counts every sampler row (``TrainConfig.sampler_rows``), of which the last
+        ``remote_rows`` are remote with rings of ``remote_ring_capacity`` records.
+        """
         def name(kind: str, index: int = 0) -> str:
             return segment_name(run_id, kind, index, creator_pid)
 
         return cls(run_id, tuple(name("ring", i) for i in range(samplers)), name("replay"),
                    name("prio") if prioritized else None, name("w-actor"), name("w-critic"), name("ctl"),
-                   capacity, obs_dim, act_dim, ring_capacity, actor_params, critic_params)
+                   capacity, obs_dim, act_dim, ring_capacity, actor_params, critic_params, remote_rows,
+                   remote_ring_capacity)
 
     def create(self, schema: dict[str, list[str]], tree_seed: int) -> OwnedSegments:
         """Create every segment (supervisor). On any failure, what was created is unlinked again.
@@ -86,7 +100,7 @@ class RunSegments:
         try:
             owned.stats = StatsBlock.create(self.stats, schema)
             width = self.layout.width
-            owned.rings = [Ring.create(n, self.ring_capacity, width) for n in self.rings]
+            owned.rings = [Ring.create(n, self.capacity_of(i), width) for i, n in enumerate(self.rings)]
             owned.replay = Segment.create(self.replay, ReplayStorage.nbytes(self.capacity, self.obs_dim, self.act_dim))
             ReplayStorage(owned.replay.mmap, self.capacity, self.obs_dim, self.act_dim, create=True)
             if self.prio:

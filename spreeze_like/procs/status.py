@@ -6,7 +6,9 @@ memory: the supervisor's pid and state (``starting``, ``running``, ``finishing``
 checkpoint, a failure message, and per role its pid, process state (``alive``, ``restarting``,
 ``exited``), restarts, exit description, the state word of its stats row (``starting``, ``running``,
 ``waiting``, ``done``) and its heartbeat age. The last write of a run adds every role's final
-counters (``counters``), which ``tools/bench_learner_rate.py`` reads. It is rewritten atomically
+counters (``counters``), which ``tools/bench_learner_rate.py`` reads. A run with remote samplers adds
+``remote_samplers``: what the Ray bridge last wrote to ``remote_samplers.json`` (per remote sampler
+its node, pid, state, restarts, steps/s and policy lag; None until the first write). It is rewritten atomically
 (tmp file and rename), at most once a second; a failed write (a full disk) is one warning line
 and the next write tries again, since the file is for people and tools, not for the run.
 
@@ -33,8 +35,9 @@ STATUS_FILE = "status.json"
 
 def write_status(run_dir: Path, run_id: str, state: str, env_steps: int, total_steps: int, last_checkpoint: Any,
                  failure: str | None, children: dict[str, RoleProcess], snap: dict[str, dict[str, float]],
-                 final: bool = False, guard: WriteGuard | None = None) -> None:
-    """Write ``<run_dir>/status.json`` (see the module docstring); ``final`` adds the counters.
+                 final: bool = False, guard: WriteGuard | None = None, extra: dict[str, Any] | None = None) -> None:
+    """Write ``<run_dir>/status.json`` (see the module docstring); ``final`` adds the counters, ``extra``
+    adds its keys (``remote_samplers``: the content of ``remote_samplers.json``, None before the bridge wrote it).
 
     A failed write (a full disk) is ``guard``'s one warning line (silent without one), never an exception.
     """
@@ -50,7 +53,7 @@ def write_status(run_dir: Path, run_id: str, state: str, env_steps: int, total_s
     status: dict[str, Any] = {
         "run_id": run_id, "supervisor_pid": os.getpid(), "state": state, "env_steps": env_steps,
         "total_steps": total_steps, "last_checkpoint": str(last_checkpoint) if last_checkpoint else None,
-        "failure": failure, "roles": roles, "updated_at": time.time(),
+        "failure": failure, "roles": roles, "updated_at": time.time(), **(extra or {}),
     }
     if final and snap:
         status["counters"] = {r: {k: v for k, v in row.items() if k != "heartbeat_age_s"} for r, row in snap.items()}

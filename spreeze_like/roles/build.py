@@ -48,7 +48,8 @@ def sampler(
     """Role ``sampler-<index>``."""
     from spreeze_like.roles.sampler import SamplerWorker, random_steps_per_sampler
 
-    random_steps = random_steps_per_sampler(config.learning_starts, config.samplers)
+    # the warm-up is shared by every sampler row, remote ones included (serial mode has no remote rows)
+    random_steps = random_steps_per_sampler(config.learning_starts, config.sampler_rows)
     return SamplerWorker(
         config.env, spec, index, config.envs_per_sampler, random_steps, sink, weights, stats, generation=generation
     )

@@ -19,6 +19,12 @@ row per write that saw episodes end (their mean and count) and an ``eval`` row p
 the seconds since ``session_start``; and it writes the custom-scalars layout (:data:`SCALARS_LAYOUT`)
 once per session, so TensorBoard's "Custom Scalars" tab opens with the main charts grouped.
 
+With remote samplers (``remote_samplers`` > 0 in the config) it adds, per remote row,
+``remote/sampler-<i>/steps_per_s``, ``remote/sampler-<i>/policy_lag`` and
+``remote/sampler-<i>/restarts`` (from the rows the Ray bridge writes), the node of each as text
+when it changes (read from ``remote_samplers.json``, :func:`read_remote_info`), and the "Remote
+samplers" chart group.
+
 A write that fails (a full disk) never raises out of the monitor: the event writer and the curve
 writer each say so in one line through ``print_fn`` and retry once a minute (review finding 7).
 """
@@ -78,8 +84,33 @@ PARALLEL_LAYOUT: dict[str, dict[str, list[str]]] = {
 }
 
 
-def scalars_layout(parallel: bool) -> dict[str, dict[str, list[str]]]:
-    return {**SCALARS_LAYOUT, **(PARALLEL_LAYOUT if parallel else {})}
+# Charts of a run with remote samplers (--remote-samplers): one line per remote sampler row.
+REMOTE_LAYOUT: dict[str, dict[str, list[str]]] = {
+    "Remote samplers": {
+        "env steps/s per remote sampler": [r"^remote/sampler-\d+/steps_per_s$"],
+        "policy lag per remote sampler (actor versions behind)": [r"^remote/sampler-\d+/policy_lag$"],
+        "restarts per remote sampler": [r"^remote/sampler-\d+/restarts$"],
+    },
+}
+REMOTE_INFO_FILE = "remote_samplers.json"  # written by the ray-bridge (node, pid, state per remote sampler)
+
+
+def scalars_layout(parallel: bool, remote: bool = False) -> dict[str, dict[str, list[str]]]:
+    return {**SCALARS_LAYOUT, **(PARALLEL_LAYOUT if parallel else {}), **(REMOTE_LAYOUT if remote else {})}
+
+
+def read_remote_info(run_dir: str | Path) -> dict[str, Any] | None:
+    """``<run_dir>/remote_samplers.json`` as written by the ray-bridge, or None.
+
+    Missing (no remote samplers, or the bridge has not written it yet), unreadable or not a JSON
+    object: None, never an error (the bridge replaces it atomically, so a torn read should not
+    happen; the file is for people and tools, and the next read tries again).
+    """
+    try:
+        data = json.loads((Path(run_dir) / REMOTE_INFO_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def curves_meta(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -140,7 +171,14 @@ class Monitor:
         self.writer.add_text(
             "config", "```\n" + json.dumps(dict(config), indent=2, sort_keys=True) + "\n```", start_step
         )
-        self.writer.add_scalars_layout(scalars_layout(parallel=not config.get("serial", True)), start_step)
+        # remote sampler rows: sampler-<samplers> .. sampler-<samplers + remote_samplers - 1> (config.sampler_rows)
+        self.run_dir = Path(run_dir)
+        self.remote_rows = [f"sampler-{i}" for i in range(int(config.get("samplers", 1)),
+                                                           int(config.get("samplers", 1))
+                                                           + int(config.get("remote_samplers", 0) or 0))]
+        self.remote_nodes: dict[str, str] = {}  # row -> node last written as text
+        self.writer.add_scalars_layout(scalars_layout(parallel=not config.get("serial", True),
+                                                      remote=bool(self.remote_rows)), start_step)
         self.t0 = self.t_last = self.t_console = clock()
         self.session_start = self.t0 if session_start is None else session_start
         self.curves = CurveWriter(run_dir, curves_meta(config), None if purge_step is None else purge_step - 1,
@@ -206,6 +244,8 @@ class Monitor:
         scalars["stats/nonfinite_steps"] = sum(snap.get(r, {}).get("nonfinite_steps", 0.0)
                                                for r in ("critic-learner", "actor-learner"))
         self._learner_scalars(snap, before, rate, step, scalars)
+        if self.remote_rows:
+            self._remote_scalars(snap, before, dt, step, scalars)
         if "replay" in snap:
             scalars["replay/size"] = snap["replay"].get("size", 0.0)
         scalars["hw/cpu_percent"] = psutil.cpu_percent(interval=None)
@@ -250,6 +290,33 @@ class Monitor:
         staleness = [scalars[t] for t in ("perf/actor_copy_staleness", "perf/critic_copy_staleness") if t in scalars]
         if staleness:
             scalars["perf/weight_staleness"] = max(staleness)
+
+    def _remote_scalars(self, snap: Any, before: Any, dt: float, step: int, scalars: dict[str, float]) -> None:
+        """``remote/sampler-<i>/*`` for each remote row, and its node as text when it changes.
+
+        From the row the bridge writes: steps/s is its ``env_steps`` rate over the period (the
+        definition of ``perf/sample_hz``), policy lag its mean over the period (the bridge observes it
+        per batch against the newest actor version), restarts its ``remote_restarts``. The policy lag
+        of a period in which no batch arrived falls back to remote_samplers.json's figure; the node
+        comes from that file only.
+        """
+        info = read_remote_info(self.run_dir)
+        listed = info.get("samplers") if info is not None else None
+        listed = listed if isinstance(listed, dict) else {}
+        for role in self.remote_rows:
+            now_row, then_row = snap.get(role, {}), before.get(role, {})
+            entry = listed.get(role) if isinstance(listed.get(role), dict) else {}
+            scalars[f"remote/{role}/steps_per_s"] = (now_row.get("env_steps", 0.0) - then_row.get("env_steps", 0.0)) / dt
+            lag = _mean(now_row, then_row, "policy_lag")
+            if lag is None and isinstance(entry.get("policy_lag"), (int, float)):
+                lag = float(entry["policy_lag"])
+            if lag is not None:
+                scalars[f"remote/{role}/policy_lag"] = lag
+            scalars[f"remote/{role}/restarts"] = now_row.get("remote_restarts", 0.0)
+            node = entry.get("node_ip")
+            if isinstance(node, str) and node and self.remote_nodes.get(role) != node:
+                self.remote_nodes[role] = node
+                self.writer.add_text(f"remote/{role}/node", f"{node} (node id {entry.get('node_id', '?')})", step)
 
     @property
     def evaluations_seen(self) -> float:
