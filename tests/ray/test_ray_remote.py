@@ -1,0 +1,214 @@
+"""Remote samplers on a real two-node Ray cluster, through the CLI: learning, update count, faults, teardown.
+
+One cluster per module (``tools/ray_cluster.py``): a head with no CPUs and one worker node with one CPU,
+both in a private network namespace that has only loopback, so no packet leaves the machine and every
+node registers as 127.0.0.1 (checked). The runs are ``python -m spreeze_like.run --ray 127.0.0.1:6500
+--samplers 1 --remote-samplers 1 ...`` subprocesses: sampler-0 is a local process, sampler-1 a
+``RemoteSampler`` actor on the worker node, written into its ring by the ``ray-bridge`` process.
+The worker-raylet test kills the worker node, so it runs last. Teardown kills the cluster by pid
+(never ``ray stop``) and checks that none of its processes is left.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+from parallel.helpers import alive, assert_nothing_left, only_run_dir, read_status, run_pids, run_segments, survivors
+from remote_harness import (
+    ACTOR_CLASS,
+    ROOT,
+    TINY,
+    kill_quietly,
+    one_error_line,
+    ray_cluster,
+    remote_info,
+    run_cli,
+    skip_reason,
+    start_cli,
+    start_cluster,
+    wait_for,
+)
+
+from spreeze_like.checkpoint import load_latest
+
+pytestmark = [pytest.mark.ray, pytest.mark.multiproc]
+
+REMOTE = ["--samplers", "1", "--remote-samplers", "1"]
+SMOKE_STEPS = 4000
+SMOKE = ["--env", "Pendulum-v1", *REMOTE, "--total-steps", str(SMOKE_STEPS), "--hidden-sizes", "64", "64",
+         "--batch-size", "128", "--learning-starts", "500", "--eval-episodes", "5", "--eval-every", "1000",
+         "--log-interval", "10", "--tb-interval", "1"]
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    reason = skip_reason()
+    if reason:
+        pytest.skip(reason)
+    with ray_cluster.private_netns():
+        c = start_cluster()
+        try:
+            yield c
+        finally:
+            c.stop()
+            left = c.processes()
+            assert not left, f"cluster processes left after stop: {[p.pid for p in left]}"
+
+
+def _remote_row(run_dir, key: str = "sampler-1") -> dict:
+    return remote_info(run_dir).get("samplers", {}).get(key, {})
+
+
+def _actor_pids(cluster) -> list[int]:
+    return [p.pid for p in cluster.actor_processes(ACTOR_CLASS)]
+
+
+def _no_actor_left(cluster, timeout: float) -> list[int]:
+    """Our actor processes still alive after ``timeout`` s (empty when all are gone)."""
+    deadline = time.monotonic() + timeout
+    while _actor_pids(cluster) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    return _actor_pids(cluster)
+
+
+def test_cluster_is_two_nodes_on_loopback_in_a_private_namespace(cluster):
+    assert ray_cluster.in_private_netns() and ray_cluster.net_interfaces() == {"lo"}
+    nodes = [n for n in cluster.nodes() if n["Alive"]]
+    assert len(nodes) == 2
+    for n in nodes:
+        assert ipaddress.ip_address(n["NodeManagerAddress"]) in ipaddress.ip_network("127.0.0.0/8"), n
+    cpus = sorted(n["Resources"].get("CPU", 0.0) for n in nodes)
+    assert cpus == [0.0, 1.0], "the head offers no CPU, so actors land on the worker node only"
+
+
+def test_smoke_one_local_one_remote_learns_with_exact_updates(cluster, tmp_path):
+    logdir = tmp_path / "runs"
+    done = run_cli(cluster, *SMOKE, "--logdir", str(logdir), timeout=400)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_dir = only_run_dir(logdir)
+    match = re.search(r"final evaluation: mean return (-?[\d.]+) over 5 episodes .* after ([\d,]+) env steps",
+                      done.stdout)
+    assert match and int(match.group(2).replace(",", "")) == SMOKE_STEPS, done.stdout[-2000:]
+    payload, _ = load_latest(run_dir)
+    assert payload["env_steps"] == SMOKE_STEPS
+    # UTD 1, exact: one critic update per transition from the learning_starts-th on (tests/parallel's rule)
+    assert payload["critic_updates"] == SMOKE_STEPS - 499 and payload["actor_updates"] == SMOKE_STEPS - 499
+    local, remote = payload["roles"]["sampler-0"]["env_steps"], payload["roles"]["sampler-1"]["env_steps"]
+    assert remote > 0 and local > 0 and local + remote == SMOKE_STEPS, (local, remote)
+    evals = [r for _, r, _ in payload["evals"]]
+    assert len(evals) >= 3 and evals[-1] > evals[0] + 150 and float(match.group(1)) > evals[0] + 150, evals
+    status = read_status(run_dir)
+    assert status["state"] == "finished"
+    assert status["remote_samplers"]["samplers"]["sampler-1"]["node_ip"] == "127.0.0.1"
+    assert status["counters"]["sampler-1"]["env_steps"] == remote
+    assert status["counters"]["ray-bridge"]["rows_written"] >= remote
+    assert_nothing_left(run_dir)
+    assert not _no_actor_left(cluster, 15.0), "a RemoteSampler actor outlived its finished run"
+
+
+def test_killed_actor_is_restarted_and_counted(cluster, tmp_path):
+    logdir, log = tmp_path / "runs", tmp_path / "kill.log"
+    proc = start_cli(cluster, *TINY, *REMOTE, "--total-steps", "100000", "--logdir", str(logdir), log=log)
+    try:
+        run_dir = wait_for(lambda: next(iter(logdir.iterdir()), None) if logdir.is_dir() else None, 60, proc, log,
+                           "run folder")
+        first = wait_for(lambda: (r := _remote_row(run_dir)).get("state") == "running" and r.get("pid") and r,
+                         120, proc, log, "remote sampler running")
+        steps_before = read_status(run_dir)["env_steps"]
+        assert first["pid"] in _actor_pids(cluster), (first, _actor_pids(cluster))
+        # A crash of the remote sampler's process (what ray.kill does to it from the outside): SIGKILL by pid.
+        os.kill(first["pid"], signal.SIGKILL)
+        again = wait_for(lambda: (r := _remote_row(run_dir)).get("restarts") == 1 and r.get("state") == "running"
+                         and r.get("pid") not in (None, first["pid"]) and r, 90, proc, log, "actor restarted")
+        # the restarted actor delivers rows again
+        counters = lambda: (read_status(run_dir) or {}).get("env_steps", 0)  # noqa: E731
+        wait_for(lambda: counters() > steps_before + 500, 90, proc, log, "steps after the restart")
+        assert again["pid"] in _actor_pids(cluster)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130, log.read_text()[-3000:]
+    finally:
+        kill_quietly(proc)
+    status = read_status(run_dir)
+    assert status["counters"]["sampler-1"]["remote_restarts"] == 1, status["counters"]["sampler-1"]
+    assert status["remote_samplers"]["samplers"]["sampler-1"]["restarts"] == 1
+    assert_nothing_left(run_dir)
+    assert not _no_actor_left(cluster, 15.0)
+
+
+def test_supervisor_sigkill_leaves_no_actor_and_no_process(cluster, tmp_path):
+    logdir, log = tmp_path / "runs", tmp_path / "sigkill.log"
+    proc = start_cli(cluster, *TINY, *REMOTE, "--total-steps", "100000", "--logdir", str(logdir), log=log)
+    try:
+        run_dir = only_run_dir(logdir)
+        wait_for(lambda: (r := _remote_row(run_dir)).get("state") == "running" and (read_status(run_dir) or {})
+                 .get("env_steps", 0) > 300 and r, 120, proc, log, "remote sampler running")
+        pids = run_pids(run_dir)
+        assert _actor_pids(cluster) and len(pids) >= 5, (pids, _actor_pids(cluster))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+        t0 = time.monotonic()
+        assert not _no_actor_left(cluster, 15.0), "a RemoteSampler actor outlived the SIGKILLed supervisor by 15 s"
+        left = survivors(pids, max(0.0, 15.0 - (time.monotonic() - t0)))
+        assert not left, f"processes of the run alive 15 s after the supervisor's SIGKILL: {left}"
+    finally:
+        kill_quietly(proc)
+    # A SIGKILLed supervisor cannot unlink its segments (as for local samplers): the next start's sweep or
+    # shm_doctor removes them, since their creator is dead. Nothing else of the run is in /dev/shm.
+    stale = run_segments(run_dir)
+    doctor = subprocess.run([sys.executable, str(ROOT / "tools" / "shm_doctor.py"), "--clean"], capture_output=True,
+                            text=True, timeout=60, check=False)
+    assert doctor.returncode == 0, doctor.stderr
+    assert not run_segments(run_dir), f"segments of the dead run not swept: {run_segments(run_dir)} (before: {stale})"
+
+
+def test_address_that_accepts_but_never_answers_fails_in_one_line(cluster, tmp_path):
+    # A TCP port that completes the handshake (the kernel does it for a listening socket) and never replies:
+    # the start-up check passes, ray.init must not hang the run.
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        port = silent.getsockname()[1]
+        t0 = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "spreeze_like.run", "--ray", f"127.0.0.1:{port}", *TINY, *REMOTE,
+                               "--total-steps", "2000", "--logdir", str(tmp_path / "runs")],
+                              capture_output=True, text=True, timeout=120, env={**cluster.env(), "PYTHONWARNINGS": "ignore"},
+                              check=False)
+        took = time.monotonic() - t0
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    one_error_line(done.stderr)
+    assert took < 30.0, f"took {took:.1f} s"
+
+
+def test_worker_raylet_sigkill_run_finishes_on_the_local_sampler(cluster, tmp_path):
+    steps = 5000
+    logdir, log = tmp_path / "runs", tmp_path / "raylet.log"
+    proc = start_cli(cluster, *TINY, *REMOTE, "--total-steps", str(steps), "--remote-place-timeout-s", "5",
+                     "--logdir", str(logdir), log=log)
+    try:
+        run_dir = only_run_dir(logdir)
+        wait_for(lambda: (r := _remote_row(run_dir)).get("state") == "running" and r.get("steps_per_s", 0) > 0 and r,
+                 120, proc, log, "remote sampler running")
+        raylet = cluster.worker_raylet_pid(0)
+        os.kill(raylet, signal.SIGKILL)
+        assert proc.wait(timeout=240) == 0, log.read_text()[-3000:]
+    finally:
+        kill_quietly(proc)
+    payload, _ = load_latest(run_dir)
+    assert payload["env_steps"] == steps
+    assert payload["critic_updates"] == steps - 299, "UTD exact with the remote sampler's share moved to sampler-0"
+    status = read_status(run_dir)
+    assert status["remote_samplers"]["samplers"]["sampler-1"]["state"] == "abandoned", status["remote_samplers"]
+    assert status["counters"]["sampler-1"]["abandoned"] == 1.0
+    local, remote = payload["roles"]["sampler-0"]["env_steps"], payload["roles"]["sampler-1"]["env_steps"]
+    assert local + remote == steps and remote > 0, (local, remote)
+    assert_nothing_left(run_dir)
+    assert not _no_actor_left(cluster, 15.0), "the dead node's actor process is still alive"
+    assert not alive(raylet)
