@@ -1,0 +1,61 @@
+"""The ``ray-bridge`` process: the run's only Ray driver, feeding the remote samplers' rows into their rings.
+
+Started by the supervisor when ``--remote-samplers`` is above 0, restartable like a sampler (a hang
+of its own heartbeat, beaten every loop, is caught by the supervisor's HangWatch). It attaches the
+run's segments, claims its ``ray-bridge`` row and the rows of remote samplers ``extra["first"] ..
+first + count - 1``, attaches their rings as the one writer and the actor weight board as a reader,
+joins the cluster (:func:`spreeze_like.remote.ray_handles.connect`, sets ``connected``), creates the
+actors and runs :class:`~spreeze_like.remote.bridge.Bridge` until the phase is ``EXIT``. It stops
+issuing calls at ``FINISH``/``HALT`` or when every quota is done (its rows then say ``DONE``).
+
+Creates nothing shared. Its actors are its own (non-detached): on a normal exit it kills each and
+calls ``ray.shutdown()``; if it dies (SIGKILL, or the supervisor's death through PDEATHSIG), Ray
+kills them when it sees their owner gone. Rows already written stay in the rings; the rows of calls
+in flight are lost, never counted. A restarted bridge creates new actors (each counted as a restart
+of its remote sampler) and continues from the rows' counters.
+"""
+
+from __future__ import annotations
+
+import time
+
+from spreeze_like.procs.control import DONE, EXIT, ChildArgs, Control, set_state
+from spreeze_like.procs.segments import Attached
+from spreeze_like.remote.bridge import BRIDGE_ROLE, Bridge
+
+
+def run(args: ChildArgs) -> None:
+    """Process body (called by :func:`spreeze_like.procs.control.child_main`)."""
+    from spreeze_like.remote import ray_handles
+
+    cfg = args.config
+    first, count = int(args.extra["first"]), int(args.extra["count"])
+    restored = {int(i): (int(s), int(e)) for i, (s, e) in dict(args.extra.get("restored", {})).items()}
+    with Attached(args.segments) as shm:
+        block = shm.stats()
+        control = Control(block)
+        me = block.role(BRIDGE_ROLE)
+        me.claim()
+        rings = {i: shm.ring(i, "writer") for i in range(first, first + count)}
+        board = shm.board("actor", "reader")
+        ray = ray_handles.connect(cfg.ray, args.segments.run_id)  # SpreezeError: one line, the run ends (exit 2)
+        cluster = ray_handles.RayCluster(ray, cfg.ray)
+        me.set("connected", 1.0)
+        bridge: Bridge | None = None
+        try:
+            bridge = Bridge(cluster, cfg, args.spec, block, rings, board, first, count, restored=restored,
+                            generation=args.generation, lead=int(args.extra.get("lead", 1)), run_dir=args.run_dir,
+                            say=_say)
+            bridge.start(bridge_restarted=args.restarts > 0)
+            while control.phase() != EXIT:
+                bridge.poll(timeout=0.05)
+        finally:
+            if bridge is not None:
+                bridge.close()
+            set_state(me, DONE)
+            me.set("cpu_s", time.process_time())
+            cluster.shutdown()
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)

@@ -1,0 +1,160 @@
+"""The bridge's :class:`~spreeze_like.remote.bridge.Cluster` over Ray: connect, actors, calls, faults.
+
+Only the ``ray-bridge`` process uses this module, and it is the only module of the package that imports
+ray (inside functions: importing it costs 0.4 s and a machine without Ray must still import the package).
+
+- :func:`connect` joins a running cluster as a driver (never starts or stops one): ``ray.init(address=...)``
+  in a namespace of this run's own, with the driver's log forwarding off. Any failure (no cluster at
+  the address, another Ray version, a bad token) is one :class:`~spreeze_like.errors.SpreezeError` line.
+  It then checks /dev/shm: Ray's object store on this machine maps its files there, beside our replay;
+  if less space is free than the object stores of this machine's nodes may fill, a full /dev/shm would
+  kill processes with SIGBUS later, so the run stops now, naming ``--object-store-memory``.
+- Actors are ``ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)`` around
+  :class:`SamplerActor`: Ray never restarts or retries them (a Ray restart would replay the same
+  seeds); the bridge does, with its own back-off and budget. They are not detached, so Ray kills them
+  when their owner, the bridge's driver, goes (a SIGKILLed supervisor takes the bridge with it through
+  PDEATHSIG, and with it every actor: ``tests/remote`` and the report of issue 16 check it on a cluster).
+- :meth:`RayCluster.get` turns a user error raised in an actor (a :class:`SpreezeError`, e.g. an env
+  that a worker node cannot make) into that error, and lets everything else through: the bridge counts
+  any other failure as the actor's death.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+from typing import Any
+
+import numpy as np
+
+from spreeze_like.errors import SpreezeError
+from spreeze_like.remote.worker import RemoteSampler
+
+SHM_DIR = "/dev/shm"
+
+
+class SamplerActor:
+    """The actor's class: a :class:`RemoteSampler`, whose user errors surface on the first call.
+
+    A constructor that raises makes Ray report a generic actor death; kept here, the one-line
+    :class:`SpreezeError` (an env missing on that node) reaches the bridge through ``ping``.
+    """
+
+    def __init__(self, init: dict[str, Any]) -> None:
+        self.error: SpreezeError | None = None
+        self.sampler: RemoteSampler | None = None
+        try:
+            self.sampler = RemoteSampler(**init)
+        except SpreezeError as exc:
+            self.error = exc
+
+    def _ready(self) -> RemoteSampler:
+        if self.error is not None:
+            raise self.error
+        assert self.sampler is not None
+        return self.sampler
+
+    def ping(self) -> dict[str, Any]:
+        return self._ready().ping()
+
+    def collect(self, n: int, weights: np.ndarray | None, version: int) -> dict[str, Any]:
+        return self._ready().collect(n, weights, version)
+
+
+def connect(address: str, run_id: str) -> Any:
+    """``ray.init`` as a driver of the cluster at ``address`` (``host:port`` or ``auto``); returns ray.
+
+    Raises:
+        SpreezeError: the cluster cannot be joined, or /dev/shm lacks room for its object stores here.
+    """
+    try:
+        import ray
+    except ImportError:
+        raise SpreezeError('--ray needs Ray: pip install "spreeze_like[ray]"') from None
+    try:
+        ray.init(address=address, namespace=f"spreeze-{run_id}", log_to_driver=False, logging_level=logging.ERROR,
+                 configure_logging=True)
+    except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError (version mismatch), auth errors...
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise SpreezeError(f"cannot join the Ray cluster at {address}: {first}") from None
+    try:
+        check_shm(ray)
+    except BaseException:
+        ray.shutdown()
+        raise
+    return ray
+
+
+def local_object_store_bytes(ray: Any) -> int:
+    """Object store bytes of the live Ray nodes on this machine (the driver's node address)."""
+    here = ray.util.get_node_ip_address()
+    return int(sum(n["Resources"].get("object_store_memory", 0) for n in ray.nodes()
+                   if n.get("Alive") and n.get("NodeManagerAddress") == here))
+
+
+def check_shm(ray: Any, shm_dir: str = SHM_DIR) -> None:
+    """Refuse to go on when /dev/shm's free space is below this machine's Ray object stores.
+
+    Our segments exist by now (the supervisor created them), so what is free is what Ray has left.
+    """
+    need = local_object_store_bytes(ray)
+    st = os.statvfs(shm_dir)
+    free = st.f_bavail * st.f_frsize
+    if free < need:
+        raise SpreezeError(
+            f"{shm_dir} has {free / 1e9:.2f} GB free beside this run's replay, but the Ray object store(s) on this "
+            f"machine may use {need / 1e9:.2f} GB of it: restart the head with a smaller store, "
+            f"`ray start --head --object-store-memory={max(0, free // 2)}`, or use a smaller --buffer-size")
+
+
+class RayCluster:
+    """:class:`~spreeze_like.remote.bridge.Cluster` over a connected ``ray`` (see :func:`connect`)."""
+
+    def __init__(self, ray: Any, address: str) -> None:
+        self.ray, self.address = ray, address
+        self._actor_class = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(SamplerActor)
+
+    def create(self, index: int, init: dict[str, Any]) -> Any:
+        return self._actor_class.remote(init)
+
+    def ping(self, actor: Any) -> Any:
+        return actor.ping.remote()
+
+    def collect(self, actor: Any, n: int, weights: Any, version: int) -> Any:
+        return actor.collect.remote(n, weights, version)
+
+    def put(self, vector: np.ndarray) -> Any:
+        return self.ray.put(vector)
+
+    def wait(self, futures: list[Any], timeout: float) -> list[Any]:
+        ready, rest = self.ray.wait(futures, num_returns=1, timeout=timeout)
+        if ready and rest:  # take every reply already there, not one per loop
+            more, _ = self.ray.wait(rest, num_returns=len(rest), timeout=0)
+            ready += more
+        return ready
+
+    def get(self, future: Any) -> Any:
+        from ray.exceptions import RayTaskError
+
+        try:
+            return self.ray.get(future)
+        except RayTaskError as exc:
+            if isinstance(exc.cause, SpreezeError):
+                raise exc.cause from None  # the plain error, not Ray's hybrid of it and RayTaskError
+            raise
+
+    def kill(self, actor: Any) -> None:
+        with contextlib.suppress(Exception):  # already dead, or its node is gone: nothing left to kill
+            self.ray.kill(actor, no_restart=True)
+
+    def pending_placement(self, actor: Any) -> bool:
+        try:
+            from ray._private import state  # the GCS actor table: works without the dashboard
+
+            return state.actors(actor_id=actor._actor_id.hex()).get("State") == "PENDING_CREATION"
+        except Exception:  # noqa: BLE001 - a private API: without it the state just says "starting"
+            return False
+
+    def shutdown(self) -> None:
+        self.ray.shutdown()
