@@ -99,6 +99,7 @@ JOIN_S = 10.0
 DEFER_MAX_S = 60.0  # the evaluator and monitor start when the learners are up, or after this at the latest
 RAY_CONNECT_S = 5.0  # --ray's preflight: the cluster's GCS port must accept a TCP connection within this
 RAY_MISSING = 'error: --ray needs Ray: pip install "spreeze_like[ray]"'
+BRIDGE_MODULE = "ray_bridge_proc"  # the ray-bridge's body under spreeze_like.procs (tests name a stand-in)
 
 
 class RoleFailedError(SpreezeError):
@@ -253,7 +254,7 @@ class Supervisor:
                   for i in range(cfg.samplers)]
         if cfg.remote_samplers > 0:  # the one Ray driver, restartable like a sampler, started with them
             first, count = cfg.samplers, cfg.remote_samplers
-            roles.append((RAY_BRIDGE, "ray_bridge_proc", True, {
+            roles.append((RAY_BRIDGE, BRIDGE_MODULE, True, {
                 "first": first, "count": count, "lead": self.lead, "address": self.ray_address,
                 "restored": {i: self.restored[i] for i in range(first, first + count)}}))
         roles += [("evaluator", "evaluator_proc", True, {"t0": self.t0}),

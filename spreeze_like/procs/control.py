@@ -194,7 +194,10 @@ def _exit_on_sigterm(signum: int, frame: Any) -> None:
 
 
 def child_main(module: str, args: ChildArgs) -> None:
-    """Entry point of every spawned role process: ``spreeze_like.procs.<module>.run(args)``."""
+    """Entry point of every spawned role process: ``spreeze_like.procs.<module>.run(args)``.
+
+    A dotted ``module`` is imported as named (tests put a stand-in in a role's place, e.g. a fake Ray bridge).
+    """
     from spreeze_like.errors import SpreezeError
     from spreeze_like.ipc import child_setup
 
@@ -210,7 +213,7 @@ def child_main(module: str, args: ChildArgs) -> None:
         os.environ["OMP_NUM_THREADS"] = "1"  # user's env module does, it gets one thread, read at its import
     _lower_priority(args.role)
     try:
-        importlib.import_module(f"spreeze_like.procs.{module}").run(args)
+        importlib.import_module(module if "." in module else f"spreeze_like.procs.{module}").run(args)
     except SpreezeError as exc:
         line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         path = error_file(args.run_dir, args.role)
