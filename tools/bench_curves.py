@@ -105,5 +105,6 @@ def plot_bench(run_dirs: Sequence[Path], png: str | Path, env: str, window: int)
     runs = [read_curves(d) for d in run_dirs]
     systems = ", ".join(dict.fromkeys(LABELS.get(str(r.meta["system"]), str(r.meta["system"])) for r in runs))
     algos = "/".join(dict.fromkeys(ALGO_NAMES.get(a, a) for a in (str(r.meta.get("algo", "sac")) for r in runs)))
-    title = f"{env}, {algos}: {systems} (bench_vs_sb3 wall clock: start-up counted; peers' evaluations not)"
+    # two lines: four systems' labels and the clock note do not fit one line of the figure's width
+    title = f"{env}, {algos}: {systems}\n(bench_vs_sb3 wall clock: start-up counted; peers' evaluations not)"
     return plot_runs(runs, png, window=window, title=title)

@@ -64,8 +64,8 @@ class Peer:
 
 
 PEER_LIST = (
-    Peer("sb3", "SB3", "stable_baselines3", "stable-baselines3", "SAC", "sac", "torch"),
-    Peer("sbx", "SBX", "sbx", "sbx-rl", "SAC", "sac", "jax"),
+    Peer("sb3", "SB3 SAC", "stable_baselines3", "stable-baselines3", "SAC", "sac", "torch"),
+    Peer("sbx", "SBX SAC", "sbx", "sbx-rl", "SAC", "sac", "jax"),
     Peer("sbx-crossq", "SBX CrossQ", "sbx", "sbx-rl", "CrossQ", "crossq", "jax"),
 )
 PEERS = {peer.name: peer for peer in PEER_LIST}

@@ -85,7 +85,7 @@ def test_bench_vs_sbx_sac_and_crossq_smallest_configuration(tmp_path: Path) -> N
     proc = run_bench(SMALLEST + ["--peers", "sbx", "sbx-crossq", "--peer-device", "cpu", "--set",
                                  'critic_device="cpu"', "--json", str(out)])
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
-    assert "ratios ours / SBX (" in proc.stdout and "ratios ours / SBX CrossQ (" in proc.stdout
+    assert "ratios ours / SBX SAC (" in proc.stdout and "ratios ours / SBX CrossQ (" in proc.stdout
     assert "ratios ours / SB3" not in proc.stdout
     assert "sbx on jax cpu" in proc.stdout and "sbx-crossq on jax cpu" in proc.stdout
     figures = json.loads(out.read_text())
