@@ -5,8 +5,8 @@ Ports: its own ring (attached as the one writer) is the transition sink, the act
 
 - steps while the phase is ``RUN``, its session quota (the control row's ``quota-<i>``, read on every
   iteration: the supervisor raises it when a remote sampler is given up) is not done and the
-  samplers' emitted total, remote rows included, is below the critic learner's allowance
-  (:mod:`spreeze_like.procs.pacing`, rule 2);
+  samplers' emitted total, remote rows and the rows the Ray bridge has asked for included, is below
+  the critic learner's allowance (:mod:`spreeze_like.procs.pacing`, rule 2);
 - otherwise waits (``WAITING``) or, once the quota is done or the phase left ``RUN``, idles
   (``DONE``) until ``EXIT`` (a raised quota sets it running again while the phase is ``RUN``);
 - beats its heartbeat every iteration, waits included, so the supervisor can tell a hung env from
@@ -108,7 +108,8 @@ def _loop(worker: SamplerWorker, row: object, control: Control, sampler_rows: li
             set_state(row, DONE)
             napper.nap()
             continue
-        emitted = sum(r.get("env_steps") - r.get("nonfinite_dropped") for r in sampler_rows)
+        # a remote row's in-flight rows are spoken for already (the bridge counts them against the allowance too)
+        emitted = sum(r.get("env_steps") - r.get("nonfinite_dropped") + r.get("in_flight") for r in sampler_rows)
         free = critic.get("allowance") - emitted
         if free <= 0 or (waiting and free < gap):  # at the allowance: wait until a burst's worth is free
             waiting = True

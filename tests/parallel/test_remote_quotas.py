@@ -20,6 +20,7 @@ from spreeze_like.procs.control import (
     DONE,
     EXIT,
     RAY_BRIDGE,
+    WAITING,
     Control,
     Napper,
     parallel_schema,
@@ -195,3 +196,24 @@ def test_the_monitor_writes_each_remote_rows_scalars_and_node(tmp_path):
     assert {"remote/sampler-1/node", "remote/sampler-2/node"} <= set(text_tags(tmp_path))
     assert scalars_layout(parallel=True, remote=True)["Remote samplers"] == REMOTE_LAYOUT["Remote samplers"]
     assert "Remote samplers" not in scalars_layout(parallel=True)
+
+
+def test_a_local_sampler_counts_a_remote_rows_in_flight_steps_against_the_allowance(block):
+    """allowance 10, the bridge has 6 rows asked for on sampler-1: sampler-0 may take 4 steps, not 10."""
+    control_row, local, remote = block.role(CONTROL), block.role("sampler-0"), block.role("sampler-1")
+    control_row.set(quota_slot(0), 100.0)
+    block.role("critic-learner").set("allowance", 10.0)
+    remote.set("in_flight", 6.0)
+    loop = threading.Thread(target=_loop, args=(CountingWorker(local), local, Control(block), [local, remote],
+                                                 block.role("critic-learner"), 0, Napper(max_s=1e-3), 1))
+    loop.start()
+    try:
+        wait_until(lambda: local.get("env_steps") == 4 and block.snapshot()["sampler-0"]["state"] == WAITING)
+        time.sleep(0.05)
+        assert local.get("env_steps") == 4
+        remote.set("in_flight", 0.0)  # the replies arrived short (the actor was given up): 6 steps are free again
+        wait_until(lambda: local.get("env_steps") == 10)
+    finally:
+        control_row.set("phase", float(EXIT))
+        loop.join(5)
+    assert not loop.is_alive()
