@@ -305,7 +305,8 @@ class TrainConfig:
         """--ray and the remote sampler counts go together, in the parallel mode only."""
         if self.ray is not None:
             if self.serial:
-                raise bad("ray", "remote samplers are a parallel-mode feature; drop --serial")
+                raise bad("ray", "remote samplers are a parallel-mode feature; drop --serial (with --autotune, whose "
+                                 "plan may choose the serial mode, add --no-serial)")
             if self.remote_samplers < 1:
                 raise bad("ray", "give --remote-samplers N >= 1 with it (how many sampler actors to run there)")
             parse_ray_address(self.ray)  # a malformed address: one line now, not in the bridge process later
