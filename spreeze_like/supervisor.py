@@ -200,7 +200,7 @@ class Supervisor:
                 pass
         except OSError as exc:
             why = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
-            raise ConfigError(f"{said}: no Ray cluster answers at {host}:{port} ({why} within {RAY_CONNECT_S:.0f} s); "
+            raise ConfigError(f"{said}: no Ray cluster answers at {host}:{port} ({why}; waited up to {RAY_CONNECT_S:.0f} s); "
                               f"start one there (ray start --head --port={port}) or give its head's host:port"
                               ) from None
 
