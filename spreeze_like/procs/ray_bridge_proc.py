@@ -4,7 +4,8 @@ Started by the supervisor when ``--remote-samplers`` is above 0, restartable lik
 of its own heartbeat, beaten every loop, is caught by the supervisor's HangWatch). It attaches the
 run's segments, claims its ``ray-bridge`` row and the rows of remote samplers ``extra["first"] ..
 first + count - 1``, attaches their rings as the one writer and the actor weight board as a reader,
-joins the cluster (:func:`spreeze_like.remote.ray_handles.connect`, sets ``connected``), creates the
+joins the cluster (:func:`spreeze_like.remote.ray_handles.connect`, sets ``connected``; the errors
+Ray pushes to its driver go to ``<run_dir>/ray-bridge.log``, the console gets the bridge's own lines), creates the
 actors and runs :class:`~spreeze_like.remote.bridge.Bridge` until the phase is ``EXIT``. It stops
 issuing calls at ``FINISH``/``HALT`` or when every quota is done (its rows then say ``DONE``).
 
@@ -18,10 +19,13 @@ of its remote sampler) and continues from the rows' counters.
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from spreeze_like.procs.control import DONE, EXIT, ChildArgs, Control, set_state
 from spreeze_like.procs.segments import Attached
 from spreeze_like.remote.bridge import BRIDGE_ROLE, Bridge
+
+LOG_FILE = "ray-bridge.log"  # in the run folder: what the Ray cluster reports to the bridge (raylet deaths...)
 
 
 def run(args: ChildArgs) -> None:
@@ -38,8 +42,10 @@ def run(args: ChildArgs) -> None:
         me.claim()
         rings = {i: shm.ring(i, "writer") for i in range(first, first + count)}
         board = shm.board("actor", "reader")
-        ray = ray_handles.connect(cfg.ray, args.segments.run_id)  # SpreezeError: one line, the run ends (exit 2)
-        cluster = ray_handles.RayCluster(ray, cfg.ray)
+        address = args.extra.get("address") or cfg.ray  # "auto" resolved by the supervisor's preflight
+        # SpreezeError: one line, the run ends (exit 2); the cluster's own error reports go to ray-bridge.log
+        ray = ray_handles.connect(address, args.segments.run_id, Path(args.run_dir) / LOG_FILE)
+        cluster = ray_handles.RayCluster(ray, address)
         me.set("connected", 1.0)
         bridge: Bridge | None = None
         try:

@@ -23,8 +23,11 @@ One :meth:`Bridge.poll` does, for every remote sampler:
 - **Weights**: at most every :data:`WEIGHT_CHECK_S` it compares the actor board's version with the
   newest it holds; a newer vector is read and put into the object store once (one ``put`` per
   version, the reference reused), and passed only on the next call of each actor that has an older one.
-  ``policy_lag`` (board version when the rows arrive minus the version they were collected with) is
-  observed per batch, weighted by its env steps, like a local sampler's per step.
+  ``policy_lag`` is observed per batch, weighted by its env steps like a local sampler's per step: the
+  steps ran somewhere between the call's issue and its reply, so their lag is estimated as the mean of
+  the board's versions at those two moments minus the version they were collected with. (A local
+  sampler observes its lag right after loading the newest weights, so its figure is near 0; a remote
+  batch of ``n`` steps at UTD ``u`` is about ``n x u / 2`` versions behind by the nature of batching.)
 - **Faults**: an exception from a call (the actor or its node died) is a death; a call older than
   ``--sampler-hang-s`` is a hang: the actor is killed and it counts as a death. A death is restarted
   with the local samplers' back-off (1, 2, 4 ... 30 s) while at most ``--max-restarts`` deaths fall
@@ -105,6 +108,7 @@ class Cluster(Protocol):
 class Call:
     steps: int  # env steps asked for (a multiple of n_envs): what the call will add to env_steps
     issued_at: float
+    board_version: int  # the actor board's version when the call was issued (for the policy lag)
 
 
 class RemoteSlot:
@@ -394,7 +398,7 @@ class Bridge:
                 slot.actor_version = self.newest
             future = self.cluster.collect(slot.actor, n, weights, version)
             self._future_slot[future] = slot
-            slot.calls[future] = Call(n, now)
+            slot.calls[future] = Call(n, now, self.board.version())
             slot.in_flight += n
             slot.row.set("in_flight", float(slot.in_flight))
             self.me.add("calls")
@@ -429,8 +433,8 @@ class Bridge:
         for name, value in reply["set"].items():
             slot.row.set(name, value)
         steps, version = int(reply["steps"]), int(reply["version"])
-        if version > 0:
-            slot.lag = float(max(0, self.board.version() - version))
+        if version > 0:  # the steps ran between issue and reply: the lag at their midpoint, per step
+            slot.lag = max(0.0, (call.board_version + self.board.version()) / 2 - version)
             observe(slot.row, "policy_lag", slot.lag * steps, steps)
         if reply.get("busy_s", 0) > 0:
             rate = steps / reply["busy_s"]
@@ -487,6 +491,8 @@ class Bridge:
         self._info_written = (now, changed)
 
 
-def _describe(exc: BaseException) -> str:
+def _describe(exc: BaseException, limit: int = 160) -> str:
+    """``Type: first line of the message``, cut at ``limit`` characters (Ray's messages run long)."""
     text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    line = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
+    return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -62,8 +62,11 @@ class SamplerActor:
         return self._ready().collect(n, weights, version)
 
 
-def connect(address: str, run_id: str) -> Any:
+def connect(address: str, run_id: str, log_path: str | os.PathLike | None = None) -> Any:
     """``ray.init`` as a driver of the cluster at ``address`` (``host:port`` or ``auto``); returns ray.
+
+    Args:
+        log_path: where the cluster's error reports to this driver go (see :func:`divert_cluster_errors`).
 
     Raises:
         SpreezeError: the cluster cannot be joined, or /dev/shm lacks room for its object stores here.
@@ -72,6 +75,8 @@ def connect(address: str, run_id: str) -> Any:
         import ray
     except ImportError:
         raise SpreezeError('--ray needs Ray: pip install "spreeze_like[ray]"') from None
+    if log_path is not None:
+        divert_cluster_errors(log_path)
     try:
         ray.init(address=address, namespace=f"spreeze-{run_id}", log_to_driver=False, logging_level=logging.ERROR,
                  configure_logging=True)
@@ -84,6 +89,27 @@ def connect(address: str, run_id: str) -> Any:
         ray.shutdown()
         raise
     return ray
+
+
+def divert_cluster_errors(log_path: str | os.PathLike) -> None:
+    """Append the errors the cluster pushes to this driver to ``log_path`` instead of the terminal.
+
+    A driver prints every error the GCS publishes for its job, whatever ``log_to_driver`` says: a
+    killed worker raylet alone is about 30 lines (its log's tail and a state dump). The bridge
+    already says what happened in one line per event (``[spreeze] remote sampler-2 ... died``), so
+    Ray's text goes to the run folder. Ray's module-level ``print_to_stdstream`` is what its error
+    thread calls (Ray 2.60, a private name): where it is missing, Ray prints as it always did.
+    """
+    from ray._private import worker as ray_worker
+
+    if not hasattr(ray_worker, "print_to_stdstream"):
+        return
+
+    def to_file(data: dict[str, Any], ignore_prefix: bool = False) -> None:
+        with contextlib.suppress(OSError), open(log_path, "a") as f:  # a full disk: the report is lost, not the run
+            f.writelines(f"{line}\n" for line in data.get("lines", []))
+
+    ray_worker.print_to_stdstream = to_file
 
 
 def local_object_store_bytes(ray: Any) -> int:
