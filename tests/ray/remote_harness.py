@@ -25,7 +25,7 @@ import ray_cluster  # noqa: E402  (tools/ray_cluster.py)
 # Small networks and budgets: the runs check processes, rows and protocols (as tests/parallel's TINY_ARGS).
 TINY = ["--hidden-sizes", "32", "32", "--batch-size", "64", "--learning-starts", "300", "--eval-episodes", "2",
         "--eval-every", "0", "--log-interval", "0", "--tb-interval", "0.5", "--buffer-size", "20000"]
-ACTOR_CLASS = "RemoteSampler"  # spreeze_like/remote: Ray titles its process ray::RemoteSampler[.method]
+ACTOR_CLASS = "SamplerActor"  # spreeze_like/remote/ray_handles.py: Ray titles its process ray::SamplerActor[.method]
 
 
 def ray_installed() -> bool:

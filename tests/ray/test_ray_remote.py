@@ -4,7 +4,7 @@ One cluster per module (``tools/ray_cluster.py``): a head with no CPUs and one w
 both in a private network namespace that has only loopback, so no packet leaves the machine and every
 node registers as 127.0.0.1 (checked). The runs are ``python -m spreeze_like.run --ray 127.0.0.1:6500
 --samplers 1 --remote-samplers 1 ...`` subprocesses: sampler-0 is a local process, sampler-1 a
-``RemoteSampler`` actor on the worker node, written into its ring by the ``ray-bridge`` process.
+``SamplerActor`` (a RemoteSampler) on the worker node, written into its ring by the ``ray-bridge`` process.
 The worker-raylet test kills the worker node, so it runs last. Teardown kills the cluster by pid
 (never ``ray stop``) and checks that none of its processes is left.
 """
@@ -42,7 +42,10 @@ from spreeze_like.checkpoint import load_latest
 pytestmark = [pytest.mark.ray, pytest.mark.multiproc]
 
 REMOTE = ["--samplers", "1", "--remote-samplers", "1"]
-SMOKE_STEPS = 4000
+SMOKE_STEPS = 7000
+# As tests/parallel's smoke: untrained Pendulum-v1 scores -1200..-1800; SAC passes -700 by 6000-8000 steps
+# (measured with one remote sampler here: -620 at 6000, -170 at 8000).
+LEARNED = -700.0
 SMOKE = ["--env", "Pendulum-v1", *REMOTE, "--total-steps", str(SMOKE_STEPS), "--hidden-sizes", "64", "64",
          "--batch-size", "128", "--learning-starts", "500", "--eval-episodes", "5", "--eval-every", "1000",
          "--log-interval", "10", "--tb-interval", "1"]
@@ -104,14 +107,15 @@ def test_smoke_one_local_one_remote_learns_with_exact_updates(cluster, tmp_path)
     local, remote = payload["roles"]["sampler-0"]["env_steps"], payload["roles"]["sampler-1"]["env_steps"]
     assert remote > 0 and local > 0 and local + remote == SMOKE_STEPS, (local, remote)
     evals = [r for _, r, _ in payload["evals"]]
-    assert len(evals) >= 3 and evals[-1] > evals[0] + 150 and float(match.group(1)) > evals[0] + 150, evals
+    final = float(match.group(1))
+    assert len(evals) >= 5 and final > LEARNED and final > evals[0] + 300, (final, evals)
     status = read_status(run_dir)
     assert status["state"] == "finished"
     assert status["remote_samplers"]["samplers"]["sampler-1"]["node_ip"] == "127.0.0.1"
     assert status["counters"]["sampler-1"]["env_steps"] == remote
     assert status["counters"]["ray-bridge"]["rows_written"] >= remote
     assert_nothing_left(run_dir)
-    assert not _no_actor_left(cluster, 15.0), "a RemoteSampler actor outlived its finished run"
+    assert not _no_actor_left(cluster, 15.0), "a SamplerActor outlived its finished run"
 
 
 def test_killed_actor_is_restarted_and_counted(cluster, tmp_path):
@@ -155,7 +159,7 @@ def test_supervisor_sigkill_leaves_no_actor_and_no_process(cluster, tmp_path):
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         t0 = time.monotonic()
-        assert not _no_actor_left(cluster, 15.0), "a RemoteSampler actor outlived the SIGKILLed supervisor by 15 s"
+        assert not _no_actor_left(cluster, 15.0), "a SamplerActor outlived the SIGKILLed supervisor by 15 s"
         left = survivors(pids, max(0.0, 15.0 - (time.monotonic() - t0)))
         assert not left, f"processes of the run alive 15 s after the supervisor's SIGKILL: {left}"
     finally:
@@ -171,31 +175,39 @@ def test_supervisor_sigkill_leaves_no_actor_and_no_process(cluster, tmp_path):
 
 def test_address_that_accepts_but_never_answers_fails_in_one_line(cluster, tmp_path):
     # A TCP port that completes the handshake (the kernel does it for a listening socket) and never replies:
-    # the start-up check passes, ray.init must not hang the run.
+    # the start-up check passes, and joining the "cluster" must still end the run in one line within 30 s.
     with socket.socket() as silent:
         silent.bind(("127.0.0.1", 0))
         silent.listen(16)
         port = silent.getsockname()[1]
         t0 = time.monotonic()
-        done = subprocess.run([sys.executable, "-m", "spreeze_like.run", "--ray", f"127.0.0.1:{port}", *TINY, *REMOTE,
-                               "--total-steps", "2000", "--logdir", str(tmp_path / "runs")],
-                              capture_output=True, text=True, timeout=120, env={**cluster.env(), "PYTHONWARNINGS": "ignore"},
-                              check=False)
+        proc = subprocess.Popen([sys.executable, "-m", "spreeze_like.run", "--ray", f"127.0.0.1:{port}", *TINY, *REMOTE,
+                                 "--total-steps", "2000", "--logdir", str(tmp_path / "runs")], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True, env={**cluster.env(), "PYTHONWARNINGS": "ignore"})
+        try:
+            out, err = proc.communicate(timeout=45)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGTERM)  # the supervisor cleans up on SIGTERM: no segment left for the next test
+            out, err = proc.communicate(timeout=60)
+            pytest.fail(f"still running 45 s after start (ended by SIGTERM, exit {proc.returncode}); stderr:\n"
+                        f"{err[-3000:]}")
         took = time.monotonic() - t0
-    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
-    one_error_line(done.stderr)
+    assert proc.returncode == 2, out[-2000:] + err[-2000:]
+    one_error_line(err)
     assert took < 30.0, f"took {took:.1f} s"
 
 
 def test_worker_raylet_sigkill_run_finishes_on_the_local_sampler(cluster, tmp_path):
-    steps = 5000
+    # Small remote batches and a quota (half of 8000) the remote sampler cannot finish before the kill: it
+    # delivers ~1000 steps/s when unpaced, so with big batches it was done with its share at step ~3200.
+    steps = 8000
     logdir, log = tmp_path / "runs", tmp_path / "raylet.log"
     proc = start_cli(cluster, *TINY, *REMOTE, "--total-steps", str(steps), "--remote-place-timeout-s", "5",
-                     "--logdir", str(logdir), log=log)
+                     "--remote-batch", "256", "--logdir", str(logdir), log=log)
     try:
         run_dir = only_run_dir(logdir)
         wait_for(lambda: (r := _remote_row(run_dir)).get("state") == "running" and r.get("steps_per_s", 0) > 0 and r,
-                 120, proc, log, "remote sampler running")
+                 120, proc, log, "remote sampler delivering rows")
         raylet = cluster.worker_raylet_pid(0)
         os.kill(raylet, signal.SIGKILL)
         assert proc.wait(timeout=240) == 0, log.read_text()[-3000:]
