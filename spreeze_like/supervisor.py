@@ -44,6 +44,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import json
 import math
 import multiprocessing
 import os
@@ -77,7 +78,9 @@ from spreeze_like.procs.control import (
     SUPERVISOR,
     ChildArgs,
     error_file,
+    STARTUP_SLOTS,
     parallel_schema,
+    process_start_time,
     quota_slot,
     set_state,
 )
@@ -100,6 +103,7 @@ DEFER_MAX_S = 60.0  # the evaluator and monitor start when the learners are up, 
 RAY_CONNECT_S = 5.0  # --ray's preflight: the cluster's GCS port must accept a TCP connection within this
 RAY_MISSING = 'error: --ray needs Ray: pip install "spreeze_like[ray]"'
 BRIDGE_MODULE = "ray_bridge_proc"  # the ray-bridge's body under spreeze_like.procs (tests name a stand-in)
+STARTUP_FILE = "startup.json"  # start-up timestamps of the run's processes (docs/startup.md)
 
 
 class RoleFailedError(SpreezeError):
@@ -141,6 +145,7 @@ class Supervisor:
         self.quotas: list[int] = []  # per sampler row, what the control row's quota-<i> holds (only this process writes)
         self._remote_info: dict[str, Any] | None = None  # the last remote_samplers.json read whole
         self.ray_address: str | None = None  # --ray resolved (auto: $RAY_ADDRESS or the local default) by the preflight
+        self.startup: dict[str, float] = {}  # this process's start-up timestamps (monotonic s), see _write_startup
 
     def say(self, line: str) -> None:
         self._print(line)
@@ -149,12 +154,14 @@ class Supervisor:
     # --- the run -----------------------------------------------------------------------------------------
     def run(self) -> TrainResult:
         self.t0 = t0 = time.monotonic()
+        self.startup.update(t_exec=process_start_time(), t_run=t0)
         for line in sweep_shm().report_lines():  # leftovers removed; others' entries left alone, and why
             self.say(f"[spreeze] {line}")
         self.signals.install()
         try:
             self._preflight_ray()  # before any segment: a missing Ray or a dead address costs nothing to undo
             self._create_segments()
+            self.startup["t_segments"] = time.monotonic()
             self.reaper.start()  # before any role: kills their envs' processes if this process is SIGKILLed
             self._spawn_all()
             self.state = "running"
@@ -270,6 +277,7 @@ class Supervisor:
         for child in self.children.values():
             if child not in self.deferred:
                 child.start()
+                self.startup[f"t_spawned/{child.role}"] = time.monotonic()
 
     def _start_deferred(self, now: float) -> None:
         learners_up = all(self.block.pid(r) for r in LEARNERS)
@@ -277,6 +285,7 @@ class Supervisor:
         if self.deferred and due and self.state in ("running", "finishing"):
             for child in self.deferred:
                 child.start()
+                self.startup[f"t_spawned/{child.role}"] = time.monotonic()
             self.deferred = []
 
     def _args_maker(self, role: str, index: int, extra: dict[str, Any]) -> Callable[[int], ChildArgs]:
@@ -492,6 +501,7 @@ class Supervisor:
             child.stop(deadline)
         snap = self.block.snapshot()
         steps = self._global_step(snap)
+        self._write_startup(snap)
         if self.failure is not None:
             self.state = "failed"
             if self.user_error is not None:
@@ -554,6 +564,17 @@ class Supervisor:
             extra["remote_samplers"] = self._remote_info
         write_status(self.run_dir, self.run_id, self.state, steps, self.config.total_steps, self._last_checkpoint(),
                      self.failure, self.children, snap, final=force, guard=self.status_guard, extra=extra)
+
+    def _write_startup(self, snap: dict[str, dict[str, float]]) -> None:
+        """``startup.json``: the supervisor's and each role's start-up timestamps (monotonic s; 0 = not reached).
+
+        Read by tools/bench_startup.py; one small write at the end of the run, never on its critical path.
+        A failed write is ignored: the file is a measurement, not a result.
+        """
+        roles = {role: {k: snap[role][k] for k in (*STARTUP_SLOTS, "t_data") if k in snap[role]}
+                 for role in self.children if role in snap}
+        with contextlib.suppress(OSError):
+            (self.run_dir / STARTUP_FILE).write_text(json.dumps({"supervisor": self.startup, "roles": roles}, indent=1))
 
     def _take_error_line(self, child: RoleProcess) -> str:
         """The one line a child left in its error file (removed once read), or a generic one."""

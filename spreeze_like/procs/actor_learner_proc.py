@@ -22,7 +22,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from spreeze_like.procs.control import EXIT, FINISH, HALT, RUNNING, WAITING, ChildArgs, Control, Napper, set_state
+from spreeze_like.procs.control import (EXIT, FINISH, HALT, RUNNING, WAITING, ChildArgs, Control, Napper, mark_first,
+                                        mark_ready, set_state)
 from spreeze_like.procs.learner_loop import LearnerLoop, restore
 from spreeze_like.procs.segments import Attached
 from spreeze_like.roles import build
@@ -61,8 +62,10 @@ class ActorLoop(LearnerLoop):
     def run(self) -> None:
         row, napper = self.row, Napper()
         row.set("total_updates", float(self.learner.updates))
+        mark_ready(row)
         set_state(row, RUNNING)
         flushed = False
+        first = True
         while True:
             row.beat()
             self._serve_checkpoint()
@@ -81,6 +84,9 @@ class ActorLoop(LearnerLoop):
                 self.learner.update()
                 row.add("update_s", time.perf_counter() - t)
                 row.set("total_updates", float(self.learner.updates))
+                if first:
+                    mark_first(row)
+                    first = False
             elif phase == FINISH and self.critic_row.get("done"):  # the critic's count is final
                 flushed = self._idle(flushed, napper)
             else:

@@ -60,18 +60,29 @@ RAY_BRIDGE = "ray-bridge"  # the one Ray driver: writes the remote samplers' row
 # Slots the parallel mode adds to the roles of ``metrics.stats_schema`` (all float64, like theirs).
 # A sampler row's ``abandoned`` (1 once the bridge gave its remote actor up for good), ``remote_restarts``
 # and ``in_flight`` (rows asked for, not yet received) are the bridge's; a local sampler leaves them 0.
+# Start-up timestamps of a role's process (CLOCK_MONOTONIC seconds, 0 = not reached yet), for
+# tools/bench_startup.py and ``startup.json`` (docs/startup.md): ``t_exec`` the process was created
+# (/proc/self/stat, 10 ms resolution), ``t_main`` :func:`child_main` entered (interpreter up, arguments
+# unpickled), ``t_imported`` the role's module imported (torch, for a learner), ``t_ready`` its objects
+# built, entering its loop, ``t_first`` its first unit of work done (a sampler's env step, a learner's
+# update, an evaluation). A restarted process writes them again. The critic adds ``t_data``: the data
+# for its first update is in replay (``learning_starts`` reached and drained). ``torch_loaded`` is 1 if
+# torch was in ``sys.modules`` at ``t_ready`` (only the learners need it: tests/parallel/test_startup.py).
+STARTUP_SLOTS = ("t_exec", "t_main", "t_imported", "t_ready", "t_first", "torch_loaded")
 _EXTRA_SLOTS: dict[str, tuple[str, ...]] = {
-    "sampler": ("done", "pace_wait_s", "ring_waits", "ring_wait_s", "abandoned", "remote_restarts", "in_flight"),
+    "sampler": ("done", "pace_wait_s", "ring_waits", "ring_wait_s", "abandoned", "remote_restarts", "in_flight",
+                *STARTUP_SLOTS),
     "critic-learner": ("done", "total_updates", "allowance", "ckpt_ack", "update_s", "drain_s", "data_wait_s",
-                       "actor_wait_s", "learn_t0", "learn_t1", "learn_cpu_s", "drained_rows"),
-    "actor-learner": ("done", "total_updates", "ckpt_ack", "update_s", "wait_s"),
-    "evaluator": ("done", "eval_ack"),
+                       "actor_wait_s", "learn_t0", "learn_t1", "learn_cpu_s", "drained_rows", *STARTUP_SLOTS,
+                       "t_data"),
+    "actor-learner": ("done", "total_updates", "ckpt_ack", "update_s", "wait_s", *STARTUP_SLOTS),
+    "evaluator": ("done", "eval_ack", *STARTUP_SLOTS),
     "replay": (),
 }
 _NEW_ROLES: dict[str, tuple[str, ...]] = {
     CONTROL: ("phase", "ckpt_request", "eval_request", "eval_step"),
     SUPERVISOR: ("restarts", "env_steps"),
-    MONITOR: ("done",),
+    MONITOR: ("done", *STARTUP_SLOTS),
 }
 # The bridge's row, present only in a run with remote samplers: ``connected`` (1 once ray.init succeeded),
 # ``cpu_s`` (its process CPU seconds), ``rows_written`` (into the remote rings), ``calls`` (collect calls).
@@ -100,6 +111,37 @@ def parallel_schema(samplers: int, bridge: bool = False) -> dict[str, list[str]]
     if bridge:
         schema[RAY_BRIDGE] = list(_BRIDGE_SLOTS)
     return schema
+
+
+def process_start_time() -> float:
+    """When this process was created, on the ``time.monotonic()`` clock (0.0 where /proc cannot tell).
+
+    /proc/self/stat's field 22 counts clock ticks since boot (CLOCK_BOOTTIME); the difference of the
+    two clocks now (suspended time, none on a server) converts it. Resolution: one tick, 10 ms.
+    """
+    try:
+        with open("/proc/self/stat") as f:
+            ticks = int(f.read().rsplit(")", 1)[1].split()[19])  # fields after the command: 3, 4, ... -> 22 is [19]
+        since_boot = ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+    return since_boot - (time.clock_gettime(time.CLOCK_BOOTTIME) - time.monotonic())
+
+
+_startup: dict[str, float] = {}  # this process's t_exec / t_main / t_imported, set by child_main
+
+
+def mark_ready(row: Any) -> None:
+    """Write this process's start-up timestamps and ``t_ready`` (now) into its row; call before the loop."""
+    for name, t in _startup.items():
+        row.set(name, t)
+    row.set("torch_loaded", float("torch" in sys.modules))
+    row.set("t_ready", time.monotonic())
+
+
+def mark_first(row: Any) -> None:
+    """``t_first``: the role's first unit of work is done (the caller calls it once)."""
+    row.set("t_first", time.monotonic())
 
 
 def set_state(row: Any, state: int) -> None:
@@ -198,6 +240,8 @@ def child_main(module: str, args: ChildArgs) -> None:
 
     A dotted ``module`` is imported as named (tests put a stand-in in a role's place, e.g. a fake Ray bridge).
     """
+    _startup["t_main"] = time.monotonic()
+    _startup["t_exec"] = process_start_time()
     from spreeze_like.errors import SpreezeError
     from spreeze_like.ipc import child_setup
 
@@ -213,7 +257,9 @@ def child_main(module: str, args: ChildArgs) -> None:
         os.environ["OMP_NUM_THREADS"] = "1"  # user's env module does, it gets one thread, read at its import
     _lower_priority(args.role)
     try:
-        importlib.import_module(module if "." in module else f"spreeze_like.procs.{module}").run(args)
+        body = importlib.import_module(module if "." in module else f"spreeze_like.procs.{module}")
+        _startup["t_imported"] = time.monotonic()
+        body.run(args)
     except SpreezeError as exc:
         line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         path = error_file(args.run_dir, args.role)

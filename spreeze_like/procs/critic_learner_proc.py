@@ -31,7 +31,8 @@ from typing import Any
 
 from spreeze_like.errors import ConfigError
 from spreeze_like.procs import pacing
-from spreeze_like.procs.control import EXIT, FINISH, HALT, RUNNING, WAITING, ChildArgs, Control, Napper, set_state
+from spreeze_like.procs.control import (EXIT, FINISH, HALT, RUNNING, WAITING, ChildArgs, Control, Napper, mark_first,
+                                        mark_ready, set_state)
 from spreeze_like.procs.feeder import FeederThread, RingFeeder
 from spreeze_like.procs.learner_loop import LearnerLoop, restore
 from spreeze_like.procs.segments import Attached
@@ -103,6 +104,7 @@ class CriticLoop(LearnerLoop):
         row, napper = self.row, Napper()
         row.set("total_updates", float(self.learner.updates))
         row.set("allowance", float(pacing.data_allowance(0, self.start, self.utd, self.lead)))
+        mark_ready(row)
         set_state(row, RUNNING)
         flushed = False
         while True:
@@ -147,11 +149,14 @@ class CriticLoop(LearnerLoop):
         if self.t0 is None:
             self.t0, self.cpu0 = time.monotonic(), time.process_time()
             row.set("learn_t0", self.t0)
+            row.set("t_data", self.t0)  # the first update's data is in replay
         set_state(row, RUNNING)
         t = time.perf_counter()
         self.learner.update()
         t1 = time.perf_counter()
         self.session += 1
+        if self.session == 1:
+            mark_first(row)
         row.add("update_s", t1 - t)
         row.set("total_updates", float(self.learner.updates))
         row.set("allowance", float(pacing.data_allowance(self.session, self.start, self.utd, self.lead)))

@@ -24,7 +24,7 @@ import math
 import time
 from pathlib import Path
 
-from spreeze_like.procs.control import EXIT, RUN, RUNNING, ChildArgs, Control, set_state
+from spreeze_like.procs.control import EXIT, RUN, RUNNING, ChildArgs, Control, mark_ready, set_state
 from spreeze_like.procs.segments import Attached
 from spreeze_like.roles import build
 from spreeze_like.roles.evaluator import EvalResult
@@ -125,6 +125,7 @@ def run(args: ChildArgs) -> None:
         # from the session's start, not from now: an evaluator started late (or restarted) evaluates
         # at once for the multiples it missed, then keeps the schedule
         next_eval = (args.start_step // every + 1) * every if every > 0 else math.inf
+        mark_ready(row)
         set_state(row, RUNNING)
         try:
             while True:

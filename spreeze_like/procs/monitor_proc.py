@@ -30,7 +30,7 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
-from spreeze_like.procs.control import EXIT, RUNNING, SUPERVISOR, ChildArgs, Control, set_state
+from spreeze_like.procs.control import EXIT, RUNNING, SUPERVISOR, ChildArgs, Control, mark_ready, set_state
 from spreeze_like.procs.segments import Attached
 from spreeze_like.roles.monitor import Monitor
 
@@ -83,6 +83,7 @@ def run(args: ChildArgs) -> None:
         extra = ParallelScalars([shm.ring(i, None) for i in range(cfg.sampler_rows)])  # remote rows' rings too
         nap = min(0.1, max(0.02, cfg.tb_interval / 4))
         evaluator = block.role("evaluator")
+        mark_ready(row)
         set_state(row, RUNNING)
         try:
             while control.phase() != EXIT:

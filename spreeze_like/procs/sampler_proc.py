@@ -26,7 +26,8 @@ import numpy as np
 
 from spreeze_like.ipc import Ring
 from spreeze_like.procs import pacing
-from spreeze_like.procs.control import DONE, EXIT, RUN, RUNNING, WAITING, ChildArgs, Control, Napper, set_state
+from spreeze_like.procs.control import (DONE, EXIT, RUN, RUNNING, WAITING, ChildArgs, Control, Napper, mark_first,
+                                        mark_ready, set_state)
 from spreeze_like.procs.segments import Attached
 from spreeze_like.roles import build
 from spreeze_like.roles.sampler import SamplerWorker
@@ -97,8 +98,10 @@ def run(args: ChildArgs) -> None:
 
 def _loop(worker: SamplerWorker, row: object, control: Control, sampler_rows: list, critic: object, index: int,
           napper: Napper, gap: int = 1) -> None:
+    mark_ready(row)
     set_state(row, RUNNING)
     waiting = False
+    first = True
     while True:
         row.beat()
         phase = control.phase()
@@ -120,3 +123,6 @@ def _loop(worker: SamplerWorker, row: object, control: Control, sampler_rows: li
         napper.reset()
         set_state(row, RUNNING)
         worker.step()
+        if first:
+            mark_first(row)
+            first = False
