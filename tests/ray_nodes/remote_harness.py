@@ -4,8 +4,9 @@ The cluster (``tools/ray_cluster.py``: a head with no CPUs, one worker node with
 network namespace with only loopback. The test process enters it with ``private_netns()`` for the module
 (the CLI runs it starts inherit it) and leaves it at teardown, after the cluster is killed by pid.
 
-This folder has no ``__init__.py`` on purpose: it is named ``ray``, and a package of that name would shadow
-the real Ray. Its modules are imported by file name (``remote_harness``), so their names must stay unique.
+This folder has no ``__init__.py`` (as most test folders here) and is not named ``ray``: on pytest's sys.path a
+folder of that name is a namespace package that ``find_spec("ray")`` reports when Ray is not installed. Its
+modules are imported by file name (``remote_harness``), so their names must stay unique.
 """
 
 from __future__ import annotations
