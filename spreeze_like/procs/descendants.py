@@ -13,7 +13,9 @@ inherits, and:
 - at the end of a run, the supervisor kills every process tagged with the run id;
 - if the supervisor itself is SIGKILLed, a small watcher it started (:class:`Reaper`, this file
   run as a script, in a session of its own) sees the end of its pipe and kills every process tagged
-  with the run id (the roles die by their parent-death signal, their env's processes here).
+  with the run id (the roles die by their parent-death signal, their env's processes here), then
+  unlinks the run's shared-memory segments and semaphores, so a killed run leaves nothing in
+  /dev/shm (the next start's sweep stays the second line, for a reaper that was killed too).
 
 Why a tag, not a process group per role (decision). A process group per role would split the
 run's job: Ctrl-Z, ``kill -STOP -<pgid>``, a terminal hang-up would then reach the supervisor and
@@ -33,6 +35,7 @@ here), only when a role died and at the end of a run.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import signal
 import subprocess
@@ -122,8 +125,11 @@ class Reaper:
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
+        from spreeze_like.ipc.naming import PREFIX, SHM_DIR  # the script itself cannot import the package
+
+        argv = [sys.executable, "-I", "-S", os.path.abspath(__file__), self.run_id, SHM_DIR, f"{PREFIX}.{self.run_id}."]
         try:
-            self.process = subprocess.Popen([sys.executable, "-I", "-S", os.path.abspath(__file__), self.run_id],
+            self.process = subprocess.Popen(argv,
                                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
                                             start_new_session=True, close_fds=True)
         except OSError:  # no watcher: the run still works; only a SIGKILLed supervisor would leave env processes
@@ -143,8 +149,39 @@ class Reaper:
         self.process = None
 
 
-def _reap(run_id: str) -> None:
-    """The reaper's body: wait for the end of stdin, then kill the run's tagged processes."""
+def unlink_dead_run_files(shm_dir: str, prefix: str) -> list[str]:
+    """Unlink the /dev/shm entries of a run whose supervisor is gone: names ``<prefix>...`` and their
+    semaphores ``sem.<prefix>...``, each only if no process holds its lifetime lock (as the sweep
+    decides in ``spreeze_like.ipc.naming``; this file cannot import it, see :class:`Reaper`)."""
+    removed = []
+    try:
+        entries = os.listdir(shm_dir)
+    except OSError:
+        return removed
+    for entry in sorted(entries):
+        if not entry.startswith((prefix, "sem." + prefix)):
+            continue
+        path = os.path.join(shm_dir, entry)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        except OSError:
+            continue
+        try:
+            if os.fstat(fd).st_uid != os.geteuid():
+                continue
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # BlockingIOError: a live creator; leave it
+            os.unlink(path)
+            removed.append(entry)
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+    return removed
+
+
+def _reap(run_id: str, shm_dir: str | None = None, prefix: str | None = None) -> None:
+    """The reaper's body: wait for the end of stdin, then kill the run's tagged processes and, after
+    an abnormal end, unlink the run's segments (a normal end: the supervisor unlinked them)."""
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, signal.SIG_IGN)  # only the supervisor's end ends it
     said = b""
@@ -158,9 +195,11 @@ def _reap(run_id: str) -> None:
     while True:
         quiet = 0 if kill_tagged(run_id) else quiet + 1
         if quiet >= needed or time.monotonic() > deadline:
-            return
+            break
         time.sleep(0.1)
+    if needed > 1 and shm_dir and prefix:
+        unlink_dead_run_files(shm_dir, prefix)
 
 
 if __name__ == "__main__":
-    _reap(sys.argv[1])
+    _reap(*sys.argv[1:4])

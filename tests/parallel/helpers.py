@@ -94,6 +94,16 @@ def run_pids(run_dir: Path) -> list[int]:
     return [p for p in pids if p]
 
 
+def reaper_pids(run_id: str) -> list[int]:
+    """Pids of the run's reaper (``procs/descendants.py`` run as a script with the run id)."""
+    pids = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmd = proc.info["cmdline"] or []
+        if any(a.endswith("descendants.py") for a in cmd) and run_id in cmd:
+            pids.append(proc.pid)
+    return pids
+
+
 def alive(pid: int) -> bool:
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE

@@ -21,6 +21,7 @@ from .helpers import (
     interrupt,
     only_run_dir,
     read_status,
+    reaper_pids,
     run_cli,
     run_segments,
     scalars,
@@ -141,6 +142,11 @@ def test_supervisor_sigkill_children_die_and_next_start_sweeps(tmp_path):
         status = wait_status(run_dir, lambda s: all(r["process"] == "alive" for r in s["roles"].values())
                              and s["env_steps"] > 0, timeout=180, proc=proc, log=log)
         children = [r["pid"] for r in status["roles"].values()]
+        # Its reaper would unlink the segments (tests/parallel/test_supervision_findings.py): kill it first,
+        # as an OOM killer or a machine-wide kill might, so that the next start's sweep has work to do.
+        reapers = reaper_pids(status["run_id"])
+        assert len(reapers) == 1, reapers
+        os.kill(reapers[0], signal.SIGKILL)
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
         assert not survivors(children, 5.0), "children outlived the SIGKILLed supervisor by 5 s"
@@ -148,7 +154,7 @@ def test_supervisor_sigkill_children_die_and_next_start_sweeps(tmp_path):
         if proc.poll() is None:
             proc.kill()
     stale = run_segments(run_dir)
-    assert stale, "a SIGKILLed supervisor cannot unlink; its segments should still be there for the sweep"
+    assert stale, "supervisor and reaper SIGKILLed: nobody unlinked; the segments should still be there for the sweep"
 
     # The next start sweeps them. It is also the large-batch run (batch 2048 > learning_starts, TD3, 2 samplers)
     # and the --stop-at-return run (the first evaluation, at step 2400, reaches -100000).

@@ -409,6 +409,7 @@ def test_finding18_an_envs_subprocesses_die_with_a_sigkilled_sampler_and_supervi
         run.proc.wait(timeout=10)
         assert not survivors(children, 5.0), "roles outlived the SIGKILLed supervisor by 5 s"
         assert not survivors(running, 5.0), "env servers outlived the SIGKILLed supervisor by 5 s"
+        assert_nothing_left(run.run_dir, grace_s=15.0)  # the reaper also unlinked the run's segments
     finally:
         for pid in _servers(spawn_dir):
             with contextlib.suppress(ProcessLookupError):

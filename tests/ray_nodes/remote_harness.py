@@ -21,7 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "tools"))
 
-import ray_cluster  # noqa: E402  (tools/ray_cluster.py)
+import ray_cluster
 
 # Small networks and budgets: the runs check processes, rows and protocols (as tests/parallel's TINY_ARGS).
 TINY = ["--hidden-sizes", "32", "32", "--batch-size", "64", "--learning-starts", "300", "--eval-episodes", "2",

@@ -52,8 +52,8 @@ def test_private_namespace_has_only_loopback_and_is_left_again():
     outside = ray_cluster.net_interfaces()
     with ray_cluster.private_netns():
         assert ray_cluster.net_interfaces() == {"lo"}
-        ip = subprocess.run(["python3", "-c", "import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); "
-                             "s.listen(); c = socket.create_connection(s.getsockname()); print('ok')"],
+        ip = subprocess.run(["python3", "-c", ("import socket; s = socket.socket(); s.bind(('127.0.0.1', 0)); "
+                             "s.listen(); c = socket.create_connection(s.getsockname()); print('ok')")],
                             capture_output=True, text=True, timeout=30, check=False)
         assert ip.stdout.strip() == "ok", ip.stderr  # lo is up: loopback works for children too
         off = subprocess.run(["python3", "-c", "import socket; socket.create_connection(('192.0.2.1', 9), 2)"],

@@ -21,10 +21,9 @@ import sys
 import time
 
 import pytest
-from parallel.helpers import alive, assert_nothing_left, only_run_dir, read_status, run_pids, run_segments, survivors
+from parallel.helpers import alive, assert_nothing_left, only_run_dir, read_status, run_pids, survivors
 from remote_harness import (
     ACTOR_CLASS,
-    ROOT,
     TINY,
     kill_quietly,
     one_error_line,
@@ -133,7 +132,7 @@ def test_killed_actor_is_restarted_and_counted(cluster, tmp_path):
         again = wait_for(lambda: (r := _remote_row(run_dir)).get("restarts") == 1 and r.get("state") == "running"
                          and r.get("pid") not in (None, first["pid"]) and r, 90, proc, log, "actor restarted")
         # the restarted actor delivers rows again
-        counters = lambda: (read_status(run_dir) or {}).get("env_steps", 0)  # noqa: E731
+        counters = lambda: (read_status(run_dir) or {}).get("env_steps", 0)
         wait_for(lambda: counters() > steps_before + 500, 90, proc, log, "steps after the restart")
         assert again["pid"] in _actor_pids(cluster)
         proc.send_signal(signal.SIGINT)
@@ -164,13 +163,9 @@ def test_supervisor_sigkill_leaves_no_actor_and_no_process(cluster, tmp_path):
         assert not left, f"processes of the run alive 15 s after the supervisor's SIGKILL: {left}"
     finally:
         kill_quietly(proc)
-    # A SIGKILLed supervisor cannot unlink its segments (as for local samplers): the next start's sweep or
-    # shm_doctor removes them, since their creator is dead. Nothing else of the run is in /dev/shm.
-    stale = run_segments(run_dir)
-    doctor = subprocess.run([sys.executable, str(ROOT / "tools" / "shm_doctor.py"), "--clean"], capture_output=True,
-                            text=True, timeout=60, check=False)
-    assert doctor.returncode == 0, doctor.stderr
-    assert not run_segments(run_dir), f"segments of the dead run not swept: {run_segments(run_dir)} (before: {stale})"
+    # Its reaper (procs/descendants.py) unlinks the run's segments once the roles are gone: nothing of the run
+    # is left in /dev/shm either, without waiting for the next start's sweep.
+    assert_nothing_left(run_dir, grace_s=max(0.0, 15.0 - (time.monotonic() - t0)))
 
 
 def test_address_that_accepts_but_never_answers_fails_in_one_line(cluster, tmp_path):
