@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from spreeze_like.errors import CheckpointError, NonFiniteError
 
@@ -83,6 +82,8 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
     A failed write (a full disk, a quota, a folder gone) leaves no temporary file and no partial
     checkpoint, and raises a one-line :class:`CheckpointError`: the previous checkpoint stays.
     """
+    import torch  # here, not at the top: the supervisor imports this module long before it saves (docs/startup.md)
+
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
     try:
         with open(tmp, "wb") as f:
@@ -142,6 +143,8 @@ def interrupted_line(env_steps: int, checkpoint: str | Path | None, run_dir: str
 
 def nonfinite_tensors(obj: Any, prefix: str = "") -> list[str]:
     """Paths of the floating-point tensors in a nested dict/list that hold a NaN or inf."""
+    import torch
+
     if isinstance(obj, torch.Tensor):
         return [prefix] if obj.is_floating_point() and not bool(torch.isfinite(obj).all()) else []
     if isinstance(obj, dict):
@@ -179,6 +182,8 @@ def load_latest(run_dir: str | Path) -> tuple[dict[str, Any], Path]:
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
+    import torch
+
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as exc:  # noqa: BLE001 - zip/pickle/EOF errors all mean "unreadable"
@@ -202,6 +207,8 @@ def check_compatible(payload: dict[str, Any], env: str, algo: str, path: str | P
 
 def capture_process_rng() -> dict[str, Any]:
     """Process-global RNG states in a weights_only-loadable form."""
+    import torch
+
     name, key, pos, has_gauss, cached = np.random.get_state()
     return {
         "python": random.getstate(),
@@ -211,6 +218,8 @@ def capture_process_rng() -> dict[str, Any]:
 
 
 def restore_process_rng(state: dict[str, Any]) -> None:
+    import torch
+
     random.setstate(state["python"])
     n = state["numpy"]
     np.random.set_state((n["name"], np.array(n["key"], dtype=np.uint32), n["pos"], n["has_gauss"], n["cached"]))

@@ -16,11 +16,38 @@ The GPU count comes from :func:`cuda_device_count`, one function, so tests can m
 
 from __future__ import annotations
 
+import importlib.util
+import re
+from pathlib import Path
+
 from spreeze_like.errors import ConfigError
 
 
+def build_has_gpu_backend(version_py: str) -> bool:
+    """False when a torch ``version.py`` says the build has neither CUDA nor ROCm (``cuda = None``, ``hip = None``)."""
+    return not all(re.search(rf"^{name}\b[^=\n]*= None\s*$", version_py, re.MULTILINE) for name in ("cuda", "hip"))
+
+
+def _torch_version_file() -> str | None:
+    """The text of the installed torch's ``version.py``, found without importing torch (None if unreadable)."""
+    spec = importlib.util.find_spec("torch")
+    locations = list(spec.submodule_search_locations or []) if spec is not None else []
+    try:
+        return (Path(locations[0]) / "version.py").read_text() if locations else None
+    except OSError:
+        return None
+
+
 def cuda_device_count() -> int:
-    """Number of usable CUDA devices (0 when torch has no CUDA)."""
+    """Number of usable CUDA devices (0 when torch has no CUDA).
+
+    A CPU-only torch build is recognised from its ``version.py`` without importing torch: the
+    supervisor resolves the devices before it spawns the roles, and importing torch there cost
+    ~0.8 s of every parallel run's start on a CPU machine (docs/startup.md).
+    """
+    text = _torch_version_file()
+    if text is not None and not build_has_gpu_backend(text):
+        return 0
     import torch
 
     try:

@@ -275,6 +275,7 @@ class Supervisor:
         # otherwise share the cores with the learners' model building and first update (docs/startup.md).
         self.deferred = [self.children["evaluator"], self.children["monitor"]]
         self.spawned_at = time.monotonic()
+        self.startup["torch_at_spawn"] = float("torch" in sys.modules)  # 0: torch waits until a checkpoint needs it
         for child in self.children.values():
             if child not in self.deferred:
                 child.start()

@@ -60,7 +60,9 @@ def run_once(args: argparse.Namespace, logdir: Path, extra: list[str]) -> dict:
     t0 = sup["t_exec"] or t_popen
     phases: dict[str, float] = {"supervisor: popen": t_popen - t0}
     for key, t in sup.items():
-        if key == "t_exec":
+        if key == "torch_at_spawn":
+            phases["supervisor: torch loaded at spawn (0/1)"] = t
+        if not key.startswith("t_") or key == "t_exec":
             continue
         name = key.removeprefix("t_").replace("spawned/", "spawned ")
         phases[f"supervisor: {name}"] = t - t0

@@ -33,7 +33,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import torch
 
 from spreeze_like.checkpoint import (
     atomic_torch_save,
@@ -54,6 +53,8 @@ def parts_dir(run_dir: str | Path, request: int) -> Path:
 
 def to_cpu(obj: Any) -> Any:
     """A copy of a nested state dict with every tensor on the CPU (the supervisor never touches CUDA)."""
+    import torch  # here and below, not at the top: the supervisor imports torch only to assemble a checkpoint
+
     if isinstance(obj, torch.Tensor):
         return obj.detach().to("cpu", copy=True)
     if isinstance(obj, dict):
@@ -77,6 +78,8 @@ def write_part(run_dir: str | Path, request: int, role: str, state: dict[str, An
 
 def read_part(run_dir: str | Path, request: int, role: str) -> dict[str, Any]:
     """One learner's part of checkpoint ``request``; missing or unreadable is a one-line CheckpointError."""
+    import torch
+
     path = parts_dir(run_dir, request) / f"{role}.pt"
     try:
         part = torch.load(path, map_location="cpu", weights_only=True)
@@ -102,6 +105,8 @@ def remove_parts(run_dir: str | Path, up_to: int | None = None) -> None:
 
 def sampler_state(seed: int, index: int, generation: int, env_steps: int, episodes: int) -> dict[str, Any]:
     """A sampler's entry in the serial payload: its counters and RNG states derived like SamplerWorker's."""
+    import torch
+
     rng = np.random.default_rng(derive_seed(seed, "sampler/actions", index, generation))
     noise = torch.Generator().manual_seed(derive_seed(seed, "sampler/noise", index, generation))
     return {"env_steps": int(env_steps), "episodes": int(episodes), "rng": rng.bit_generator.state,

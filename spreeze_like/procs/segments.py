@@ -28,6 +28,7 @@ storage marks a half-written chunk torn, the sum tree's robust lock repairs itse
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,21 +202,28 @@ class Attached:
 
 
 def vector_sizes(spec: Any) -> tuple[int, int]:
-    """(actor, critic) weight-vector lengths of an algorithm, without real tensors.
+    """(actor, critic) weight-vector lengths of an algorithm, counted from its layer widths.
 
-    The networks are built on torch's ``meta`` device, which allocates nothing and never touches
-    CUDA, so the supervisor can size the weight boards while keeping its no-CUDA rule. The critic
-    vector is the critic's parameters, its running statistics (CrossQ's Batch Renormalization
-    layers) and the actor half's ``n_extra_critic_state`` scalars (``algos/base.py``).
+    No torch: the supervisor sizes the weight boards before it spawns the roles, and importing torch
+    for that put ~0.8 s before every spawn (docs/startup.md). The layouts are those of
+    ``algos/networks.py``: a ``Linear(i, o)`` holds ``i*o + o`` values; the SAC/CrossQ actor has two
+    heads (mean, log_std), the TD3/DDPG actor one; each of the ``n_q`` Q networks is an MLP on
+    obs+act with one output; CrossQ's Batch Renormalization layers (on the input and after each hidden
+    layer) hold a weight, a bias and the two running statistics per feature; the actor half's
+    ``n_extra_critic_state`` scalars (SAC and CrossQ: log_alpha) end the critic vector.
+    tests/parallel/test_startup.py checks these against the networks built on torch's meta device.
     """
-    import torch
 
-    from spreeze_like.algos import _classes, actor_class
-    from spreeze_like.algos.networks import critic_class, running_statistics
+    def linear(inputs: int, outputs: int) -> int:
+        return inputs * outputs + outputs
 
-    with torch.device("meta"):
-        actor = actor_class(spec.algo)(spec.obs_dim, spec.act_dim, spec.hidden_sizes)
-        critic = critic_class(spec.algo)(spec.obs_dim, spec.act_dim, spec.hidden_sizes, spec.n_q)
-    extra = int(getattr(_classes(spec.algo)[1], "n_extra_critic_state", 0))
-    critic_state = [*critic.parameters(), *running_statistics(critic)]
-    return sum(p.numel() for p in actor.parameters()), sum(t.numel() for t in critic_state) + extra
+    hidden = list(spec.hidden_sizes)
+    gaussian = spec.algo in ("sac", "crossq")
+    actor_widths = [spec.obs_dim, *hidden]
+    actor = sum(linear(i, o) for i, o in itertools.pairwise(actor_widths))
+    actor += (2 if gaussian else 1) * linear(actor_widths[-1], spec.act_dim)
+    q_widths = [spec.obs_dim + spec.act_dim, *hidden]
+    q = sum(linear(i, o) for i, o in itertools.pairwise(q_widths)) + linear(q_widths[-1], 1)
+    if spec.algo == "crossq":
+        q += 4 * sum(q_widths)
+    return actor, spec.n_q * q + (1 if gaussian else 0)

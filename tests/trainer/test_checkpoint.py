@@ -84,7 +84,7 @@ def test_a_full_disk_is_one_line_and_keeps_the_previous_checkpoint(tmp_path, mon
     if where == "fsync":
         monkeypatch.setattr(ckpt.os, "fsync", no_space)
     else:  # the file write itself fails part-way, inside torch.save
-        monkeypatch.setattr(ckpt.torch, "save", lambda obj, f: (f.write(b"partial"), no_space()))
+        monkeypatch.setattr(torch, "save", lambda obj, f: (f.write(b"partial"), no_space()))
     with pytest.raises(CheckpointError, match=r"cannot write checkpoint .*No space left on device; free space") as e:
         save_checkpoint(tmp_path, payload(200), 200)
     assert "\n" not in str(e.value)

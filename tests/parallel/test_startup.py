@@ -1,0 +1,98 @@
+"""Start-up of a parallel run (docs/startup.md): what each process imports, the order of its phases.
+
+- The weight-vector sizes the supervisor counts from the layer widths (no torch) equal those of the
+  networks built on torch's ``meta`` device, for every algorithm.
+- Importing the supervisor imports no torch (it used to, through ``checkpoint``/``parts``: ~0.8 s
+  before every spawn), nor does resolving the devices on a CPU-only torch build.
+- A real run through the CLI: ``startup.json`` holds every role's phases in order; only the two
+  learners had torch loaded; the supervisor had not loaded torch when it spawned the roles; the
+  evaluator and the monitor were spawned after both learners' first update.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from spreeze_like.algos.spec import AlgoSpec
+from spreeze_like.devices import build_has_gpu_backend
+from spreeze_like.procs.segments import vector_sizes
+from tests.parallel.helpers import TINY_ARGS, assert_nothing_left, only_run_dir, run_cli
+
+
+def meta_vector_sizes(spec: AlgoSpec) -> tuple[int, int]:
+    """The sizes as the learners' networks have them: parameters plus CrossQ's running statistics plus the
+    actor half's extra critic scalars (what ``weight_transfer`` packs into the boards)."""
+    import torch
+
+    from spreeze_like.algos import _classes, actor_class
+    from spreeze_like.algos.networks import critic_class, running_statistics
+
+    with torch.device("meta"):
+        actor = actor_class(spec.algo)(spec.obs_dim, spec.act_dim, spec.hidden_sizes)
+        critic = critic_class(spec.algo)(spec.obs_dim, spec.act_dim, spec.hidden_sizes, spec.n_q)
+    extra = int(getattr(_classes(spec.algo)[1], "n_extra_critic_state", 0))
+    critic_state = [*critic.parameters(), *running_statistics(critic)]
+    return sum(p.numel() for p in actor.parameters()), sum(t.numel() for t in critic_state) + extra
+
+
+@pytest.mark.parametrize("algo", ["sac", "td3", "ddpg", "crossq"])
+@pytest.mark.parametrize("hidden", [(256, 256), (64,), (32, 48, 16)])
+def test_vector_sizes_match_the_networks(algo, hidden):
+    spec = AlgoSpec(algo=algo, obs_dim=17, act_dim=6, hidden_sizes=hidden)
+    assert vector_sizes(spec) == meta_vector_sizes(spec)
+
+
+def test_importing_the_supervisor_imports_no_torch():
+    code = "import sys, spreeze_like.supervisor, spreeze_like.procs.parts; print('torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"
+
+
+@pytest.mark.parametrize(("text", "has_gpu"), [
+    ("cuda: Optional[str] = None\nhip: Optional[str] = None\n", False),  # torch 2.x CPU wheel
+    ("cuda = None\nhip = None\n", False),
+    ("cuda: Optional[str] = '12.4'\nhip: Optional[str] = None\n", True),
+    ("cuda: Optional[str] = None\nhip: Optional[str] = '6.2.41133'\n", True),  # ROCm: torch.cuda is the GPU
+    ("", True),  # unknown layout: ask torch
+])
+def test_a_cpu_only_torch_build_is_told_from_its_version_file(text, has_gpu):
+    assert build_has_gpu_backend(text) is has_gpu
+
+
+def test_resolving_devices_on_a_cpu_build_imports_no_torch():
+    build = subprocess.run([sys.executable, "-c", "import torch; print(torch.version.cuda is None and torch.version.hip is None)"],
+                           capture_output=True, text=True, check=True).stdout.strip()
+    if build != "True":
+        pytest.skip("torch here is built with CUDA or ROCm: cuda_device_count asks torch, as it must")
+    code = "import sys; from spreeze_like.devices import cuda_device_count; print(cuda_device_count(), 'torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out == ["0", "False"]
+
+
+@pytest.mark.multiproc
+def test_startup_json_phases_and_imports_of_a_real_run(tmp_path):
+    proc = run_cli(*TINY_ARGS, "--total-steps", "700", "--logdir", str(tmp_path), timeout=240)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    assert_nothing_left(run_dir)
+    record = json.loads((run_dir / "startup.json").read_text())
+    sup, roles = record["supervisor"], record["roles"]
+    assert set(roles) == {"critic-learner", "actor-learner", "sampler-0", "evaluator", "monitor"}
+    assert 0 < sup["t_exec"] <= sup["t_run"] <= sup["t_segments"] <= sup["t_spawned/critic-learner"]
+    assert sup["torch_at_spawn"] == 0.0, "the supervisor imported torch before it spawned the roles"
+    for role, t in roles.items():
+        # t_exec has one clock tick of resolution (10 ms) and may read a little after t_main
+        assert t["t_exec"] > 0 and t["t_exec"] - 0.02 <= t["t_main"] <= t["t_imported"] <= t["t_ready"], (role, t)
+        assert t["t_main"] >= sup[f"t_spawned/{role}"] - 1.0, (role, t)  # started by this supervisor
+        assert t["torch_loaded"] == (1.0 if role.endswith("learner") else 0.0), (role, t)
+    for learner in ("critic-learner", "actor-learner"):
+        assert roles[learner]["t_first"] >= roles[learner]["t_ready"], learner
+    assert roles["critic-learner"]["t_ready"] <= roles["critic-learner"]["t_data"] <= roles["critic-learner"]["t_first"]
+    assert roles["sampler-0"]["t_first"] >= roles["sampler-0"]["t_ready"]
+    learned = max(roles["critic-learner"]["t_first"], roles["actor-learner"]["t_first"])
+    for deferred in ("evaluator", "monitor"):
+        assert sup[f"t_spawned/{deferred}"] >= learned, deferred
