@@ -51,6 +51,7 @@ import os
 import signal
 import socket
 import sys
+import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import wait
@@ -166,6 +167,7 @@ class Supervisor:
             self._spawn_all()
             self.state = "running"
             self._watch()
+            self.startup["t_sampled"] = time.monotonic()  # the end's phases too (docs/startup.md): sampling over
             return self._shutdown(t0)
         except SpreezeError as exc:  # status.json says why (a full /dev/shm, a learner's NaN stop, ...)
             self.failure = self.failure or str(exc)
@@ -473,7 +475,11 @@ class Supervisor:
         if finished:  # learners catch up on the data collected, at the UTD ratio
             self.state = "finishing"
             self.control.set("phase", float(FINISH))
+            # The final checkpoint needs torch here (~0.8 s to import): import it while the learners catch up,
+            # not after them (the checkpoint code's own import then waits for this one; docs/startup.md).
+            threading.Thread(target=importlib.import_module, args=("torch",), name="import-torch", daemon=True).start()
             settled = self._wait_for(self._learners_done, 3600.0)
+            self.startup["t_learned"] = time.monotonic()
             finished = self.signals.received is None and self.failure is None
             if finished and not settled:
                 self.failure = "the learners did not finish within an hour of the last env step"
@@ -489,7 +495,9 @@ class Supervisor:
             self.ckpt.ask()
             self._wait_for(lambda: self._finish_checkpoint(self.block.snapshot(), timeout), timeout + 5.0,
                            stop_on_signal=False)
+            self.startup["t_checkpointed"] = time.monotonic()
         final = self._final_evaluation() if finished and self.failure is None else None
+        self.startup["t_evaluated"] = time.monotonic()
         if finished:  # a short run on a loaded machine can end before the (deferred) monitor is up
             monitor = self.children["monitor"]
             self._wait_for(lambda: not monitor.alive or self.block.pid("monitor") == monitor.pid, 120.0)
@@ -501,6 +509,7 @@ class Supervisor:
                 child.kill_now()  # still starting up: it holds nothing to save, and imports can take long
         for child in self.children.values():
             child.stop(deadline)
+        self.startup["t_joined"] = time.monotonic()
         snap = self.block.snapshot()
         steps = self._global_step(snap)
         self._write_startup(snap)

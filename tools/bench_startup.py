@@ -20,7 +20,10 @@ Phases (rows of the table):
   unpickled), ``imported`` (its module imported: torch for the learners), ``ready`` (its objects built,
   entering its loop), ``first`` (its first env step, or first update done); the critic's ``data``
   (the first update's data is in replay: ``learning_starts`` reached, drained).
-- ``exit``: the CLI process ended (the whole run; not a start-up phase, for scale).
+- the end of the run, for scale: ``supervisor: sampled`` (every sampler's quota done), ``learned``
+  (the learners caught up to the UTD budget), ``checkpointed`` (final checkpoint assembled: the
+  supervisor's torch import is here), ``evaluated`` (final evaluation), ``joined`` (every child
+  exited), and ``exit`` (the CLI process ended).
 
 Creates a scratch log folder (removed at the end unless ``--logdir`` is given). Writes nothing else.
 """
