@@ -52,7 +52,7 @@ def run_once(args: argparse.Namespace, logdir: Path, extra: list[str]) -> dict:
            *(["--autotune"] if args.autotune else []), *extra]
     load_before = os.getloadavg()[0]
     t_popen = time.monotonic()
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=args.timeout)
     t_exit = time.monotonic()
     load_after = os.getloadavg()[0]
     if proc.returncode != 0:

@@ -22,8 +22,19 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from spreeze_like.procs.control import (EXIT, FINISH, HALT, RUNNING, WAITING, ChildArgs, Control, Napper, mark_first,
-                                        mark_ready, set_state)
+from spreeze_like.procs.control import (
+    EXIT,
+    FINISH,
+    HALT,
+    RUNNING,
+    WAITING,
+    ChildArgs,
+    Control,
+    Napper,
+    mark_first,
+    mark_ready,
+    set_state,
+)
 from spreeze_like.procs.learner_loop import LearnerLoop, restore
 from spreeze_like.procs.segments import Attached
 from spreeze_like.roles import build

@@ -31,8 +31,19 @@ from typing import Any
 
 from spreeze_like.errors import ConfigError
 from spreeze_like.procs import pacing
-from spreeze_like.procs.control import (EXIT, FINISH, HALT, RUNNING, WAITING, ChildArgs, Control, Napper, mark_first,
-                                        mark_ready, set_state)
+from spreeze_like.procs.control import (
+    EXIT,
+    FINISH,
+    HALT,
+    RUNNING,
+    WAITING,
+    ChildArgs,
+    Control,
+    Napper,
+    mark_first,
+    mark_ready,
+    set_state,
+)
 from spreeze_like.procs.feeder import FeederThread, RingFeeder
 from spreeze_like.procs.learner_loop import LearnerLoop, restore
 from spreeze_like.procs.segments import Attached

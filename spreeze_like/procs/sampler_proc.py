@@ -26,8 +26,19 @@ import numpy as np
 
 from spreeze_like.ipc import Ring
 from spreeze_like.procs import pacing
-from spreeze_like.procs.control import (DONE, EXIT, RUN, RUNNING, WAITING, ChildArgs, Control, Napper, mark_first,
-                                        mark_ready, set_state)
+from spreeze_like.procs.control import (
+    DONE,
+    EXIT,
+    RUN,
+    RUNNING,
+    WAITING,
+    ChildArgs,
+    Control,
+    Napper,
+    mark_first,
+    mark_ready,
+    set_state,
+)
 from spreeze_like.procs.segments import Attached
 from spreeze_like.roles import build
 from spreeze_like.roles.sampler import SamplerWorker
