@@ -5,7 +5,8 @@ The supervisor owns everything a run leaves on the machine:
 - **Segments**: it sweeps dead runs' segments at start (saying so), creates every segment of the
   run (:mod:`spreeze_like.procs.segments`, listed in ``<run_dir>/shm.json``) and unlinks them in its
   ``finally``; ``spreeze_like.ipc.segment``'s ``atexit`` hook is the second line. If it is SIGKILLed,
-  the next start's sweep removes them (their creator's lifetime lock is gone; docs/ipc.md).
+  its reaper (:mod:`spreeze_like.procs.descendants`) unlinks them once the roles are dead; if that
+  was killed too, the next start's sweep removes them (their creator's lifetime lock is gone; docs/ipc.md).
 - **Processes**: it spawns one process per role (:mod:`spreeze_like.procs.children`), restarts a
   dead sampler, Ray bridge, evaluator or monitor with back-off (counted in ``stats/restarts``), ends the run
   with a clear message if a learner dies or hangs (``--sampler-hang-s`` etc.; a stopped or frozen
