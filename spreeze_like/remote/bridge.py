@@ -227,6 +227,15 @@ class Bridge:
             self._create(slot, now)
         self._write_info(now, force=True)
 
+    def abandon_all(self, why: str) -> None:
+        """Claim the rows and give every remote sampler up (a restarted bridge that cannot reach the cluster)."""
+        self.me.claim()
+        for slot in self.slots:
+            slot.row.claim()
+            if not slot.abandoned:
+                self._abandon(slot, why)
+        self._write_info(self.clock(), force=True)
+
     def close(self) -> None:
         """Kill every actor (the end of the run, or of the bridge)."""
         for slot in self.slots:

@@ -387,3 +387,20 @@ def test_ring_holds_a_local_samplers_rows(shm: Shm) -> None:
     for sampler in samplers.values():
         sampler.close()
 
+
+
+def test_a_bridge_that_cannot_rejoin_gives_every_remote_sampler_up(shm: Shm, tmp_path: Path) -> None:
+    from spreeze_like.procs.ray_bridge_proc import Unreachable
+
+    shm.set_quota(1, 500)
+    shm.set_quota(2, 500)
+    shm.row(1).add("env_steps", 200)
+    lines: list[str] = []
+    bridge = Bridge(Unreachable("127.0.0.1:6400"), config(), SPEC, shm.block, shm.rings, shm.board, first=1, count=2,
+                    run_dir=tmp_path, clock=Clock(), say=lines.append)
+    bridge.abandon_all("cannot join the Ray cluster at 127.0.0.1:6400: nothing answers")
+    bridge.poll(timeout=0)
+    assert [shm.row(i).get("abandoned") for i in (1, 2)] == [1.0, 1.0] and bridge.all_done
+    assert shm.row(1).get("env_steps") == 200  # what was written stays; the supervisor moves the rest
+    info = json.loads((tmp_path / "remote_samplers.json").read_text())
+    assert {s["state"] for s in info["samplers"].values()} == {"abandoned"} and len(lines) == 2

@@ -59,3 +59,15 @@ def test_cluster_error_reports_go_to_the_run_folder(tmp_path: Path) -> None:
     finally:
         ray_worker.print_to_stdstream = original
     assert (tmp_path / "ray-bridge.log").read_text() == "Raylet is terminated.\nlast lines\n"
+
+
+def test_connect_to_a_closed_port_is_one_line_before_ray_init() -> None:
+    import socket
+
+    ray = pytest.importorskip("ray")
+    with socket.socket() as s:  # a port nobody listens on (bound, then released)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with pytest.raises(SpreezeError, match=rf"^cannot join the Ray cluster at 127.0.0.1:{port}: nothing answers"):
+        ray_handles.connect(f"127.0.0.1:{port}", "test")
+    assert not ray.is_initialized()  # refused before ray.init, which would wait minutes for a head
