@@ -365,8 +365,8 @@ class Bridge:
 
     # --- weights ---------------------------------------------------------------------------------------------
     def _refresh_weights(self, now: float) -> None:
-        if now - self._weights_checked < WEIGHT_CHECK_S:
-            return
+        if now - self._weights_checked < WEIGHT_CHECK_S or all(slot.actor is None for slot in self.slots):
+            return  # nobody to pass weights to (all given up or restarting): the next check puts the newest
         self._weights_checked = now
         if self.board.version() <= self.newest:
             return

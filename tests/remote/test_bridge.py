@@ -399,7 +399,9 @@ def test_a_bridge_that_cannot_rejoin_gives_every_remote_sampler_up(shm: Shm, tmp
     bridge = Bridge(Unreachable("127.0.0.1:6400"), config(), SPEC, shm.block, shm.rings, shm.board, first=1, count=2,
                     run_dir=tmp_path, clock=Clock(), say=lines.append)
     bridge.abandon_all("cannot join the Ray cluster at 127.0.0.1:6400: nothing answers")
-    bridge.poll(timeout=0)
+    shm.board.publish(np.zeros(SPEC_POLICY_SIZE, np.float32))  # nobody to put it for: Unreachable has no put
+    for _ in range(3):
+        bridge.poll(timeout=0)
     assert [shm.row(i).get("abandoned") for i in (1, 2)] == [1.0, 1.0] and bridge.all_done
     assert shm.row(1).get("env_steps") == 200  # what was written stays; the supervisor moves the rest
     info = json.loads((tmp_path / "remote_samplers.json").read_text())
