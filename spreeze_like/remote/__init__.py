@@ -4,7 +4,8 @@
   (the same :class:`~spreeze_like.roles.sampler.SamplerWorker` as a local sampler, with in-process ports).
 - :mod:`~spreeze_like.remote.sizing`: rows per collect call.
 - :mod:`~spreeze_like.remote.bridge`: the bridge's scheduling (pacing, weights, faults), over a
-  small cluster interface so that it is tested without Ray.
+  small cluster interface (:mod:`~spreeze_like.remote.slots`, with the per-sampler bookkeeping) so
+  that it is tested without Ray.
 - :mod:`~spreeze_like.remote.ray_handles`: that interface over Ray (the only module that imports ray).
 
 The process that runs the bridge is :mod:`spreeze_like.procs.ray_bridge_proc`. Nothing in this package

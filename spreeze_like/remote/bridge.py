@@ -3,7 +3,8 @@
 The ``ray-bridge`` process (:mod:`spreeze_like.procs.ray_bridge_proc`) is the run's only Ray driver. It
 owns the remote samplers ``sampler-<first> .. sampler-<first+count-1>``: their actors, their stats rows
 (it claims them; the one writer) and their rings (the one writer). :class:`Bridge` is that logic,
-written against a small :class:`Cluster` interface (create an actor, call it, put, wait, get, kill), so
+written against a small :class:`~spreeze_like.remote.slots.Cluster` interface (create an actor, call it,
+put, wait, get, kill; its per-sampler bookkeeping is :class:`~spreeze_like.remote.slots.RemoteSlot`), so
 the tests drive it with a fake cluster whose calls they resolve, fail or stall, and
 :mod:`~spreeze_like.remote.ray_handles` implements it over Ray.
 
@@ -50,9 +51,8 @@ import json
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
@@ -62,6 +62,7 @@ from spreeze_like.procs.children import RESTART_WINDOW_S, STABLE_S
 from spreeze_like.procs.control import CONTROL, DONE, RUN, RUNNING, STARTING, WAITING, set_state
 from spreeze_like.procs.pacing import backoff_s, resume_gap
 from spreeze_like.remote.sizing import batch_rows, round_to_envs
+from spreeze_like.remote.slots import Call, Cluster, RemoteSlot
 from spreeze_like.roles.ports import observe
 from spreeze_like.roles.sampler import random_steps_per_sampler
 
@@ -72,95 +73,6 @@ INFO_EVERY_S = 1.0
 RATE_WINDOW_S = 2.0  # steps_per_s in remote_samplers.json: env steps over at least this many seconds
 INFO_FILE = "remote_samplers.json"
 BRIDGE_ROLE = "ray-bridge"
-
-
-class Cluster(Protocol):
-    """What the bridge needs of a Ray cluster. Futures are opaque (hashable) objects."""
-
-    address: str
-
-    def create(self, index: int, init: dict[str, Any]) -> Any:
-        """Start an actor running ``RemoteSampler(**init)``; returns its handle (placement may take long)."""
-
-    def ping(self, actor: Any) -> Any:
-        """A future of ``RemoteSampler.ping()``; it answers once the actor is placed and built."""
-
-    def collect(self, actor: Any, n: int, weights: Any, version: int) -> Any:
-        """A future of ``RemoteSampler.collect(n, weights, version)`` (``weights``: a :meth:`put` reference or None)."""
-
-    def put(self, vector: np.ndarray) -> Any:
-        """Store ``vector`` once for every actor to fetch; returns the reference."""
-
-    def wait(self, futures: list[Any], timeout: float) -> list[Any]:
-        """The futures of ``futures`` that are done, in completion order; waits up to ``timeout`` for one."""
-
-    def get(self, future: Any) -> Any:
-        """A done future's value. Raises SpreezeError for a user error inside the actor; anything else is a death."""
-
-    def kill(self, actor: Any) -> None:
-        """Kill the actor now (no restart by the cluster); harmless on a dead one."""
-
-    def pending_placement(self, actor: Any) -> bool:
-        """True when the cluster reports that no node has taken the actor yet (best effort)."""
-
-
-@dataclass
-class Call:
-    steps: int  # env steps asked for (a multiple of n_envs): what the call will add to env_steps
-    issued_at: float
-    board_version: int  # the actor board's version when the call was issued (for the policy lag)
-
-
-class RemoteSlot:
-    """One remote sampler across its actors: the bookkeeping of a :class:`~spreeze_like.procs.children.RoleProcess`."""
-
-    def __init__(self, index: int, row: Any, ring: Any, n_envs: int) -> None:
-        self.index, self.row, self.ring, self.n_envs = index, row, ring, n_envs
-        self.role = f"sampler-{index}"
-        self.actor: Any = None
-        self.ping: Any = None  # the first ping's future while the actor is not placed yet
-        self.placed = False
-        self.waiting_for_node = False
-        self.created_at = 0.0
-        self.checked_placement_at = 0.0
-        self.calls: dict[Any, Call] = {}
-        self.in_flight = 0  # env steps of self.calls
-        self.pending: np.ndarray | None = None  # rows a reply brought that did not fit (never expected)
-        self.actor_version = 0  # the newest weights version passed to the current actor
-        self.restarts = int(row.get("remote_restarts"))
-        self.deaths: list[float] = []
-        self.failures = 0
-        self.restart_at: float | None = None
-        self.abandoned = bool(row.get("abandoned"))
-        self.node_ip, self.node_id, self.pid = "", "", None
-        self.rate: float | None = None  # env steps per second of the actor's stepping (EMA)
-        self.lag = 0.0
-        self.steps_per_s = 0.0
-        self._rate_mark: tuple[float, float] | None = None
-
-    def forget_calls(self) -> None:
-        self.calls.clear()
-        self.in_flight = 0
-        self.row.set("in_flight", 0.0)
-
-    def state(self, phase: int, quota: float) -> str:
-        if self.abandoned:
-            return "abandoned"
-        if self.done(phase, quota):
-            return "done"
-        if self.actor is None:
-            return "restarting"
-        if not self.placed:
-            return "waiting for a Ray node" if self.waiting_for_node else "starting"
-        return "running"
-
-    def done(self, phase: int, quota: float) -> bool:
-        if self.abandoned:
-            return True
-        if self.calls or self.pending is not None:
-            return False
-        return phase != RUN or self.row.get("env_steps") >= quota
-
 
 class Bridge:
     """See the module docstring.
