@@ -56,11 +56,16 @@ def auto(actor: Any, n: int, weights: Any, version: int) -> dict:
 
 # --- sizing ----------------------------------------------------------------------------------------------------
 def test_batch_rule() -> None:
-    assert remote_batch_rows(config()) == AUTO_BATCH and remote_batch_rows(config(remote_batch=500)) == 500
-    assert batch_rows(config(), None) == MIN_BATCH  # before a rate is measured: a short first call
-    assert batch_rows(config(), 100.0) == MIN_BATCH  # slow envs: at least 256 rows
-    assert batch_rows(config(), 5000.0) == 500  # 0.1 s of stepping
-    assert batch_rows(config(), 1e6) == AUTO_BATCH  # never above what the rings are sized for
+    low = config(utd=0.05)  # sampling-bound: the largest calls
+    assert remote_batch_rows(low) == AUTO_BATCH and remote_batch_rows(config(remote_batch=500)) == 500
+    # the cap holds 256 critic updates' worth of rows: policy lag, not call cost, bounds it at UTD >= 1/8
+    assert remote_batch_rows(config(utd=1.0)) == MIN_BATCH == remote_batch_rows(config(utd=4.0))
+    assert remote_batch_rows(config(utd=0.25)) == 1024 and remote_batch_rows(config(utd=0.125)) == AUTO_BATCH
+    assert batch_rows(low, None) == MIN_BATCH  # before a rate is measured: a short first call
+    assert batch_rows(low, 100.0) == MIN_BATCH  # slow envs: at least 256 rows
+    assert batch_rows(low, 5000.0) == 500  # 0.1 s of stepping
+    assert batch_rows(low, 1e6) == AUTO_BATCH  # never above what the rings are sized for
+    assert batch_rows(config(utd=1.0), 5000.0) == MIN_BATCH  # ... which at UTD 1 is 256 rows
     assert batch_rows(config(remote_batch=100), 5000.0) == 100  # --remote-batch: that many, always
 
 
