@@ -25,6 +25,8 @@ import contextlib
 import logging
 import os
 import socket
+import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -35,6 +37,9 @@ from spreeze_like.remote.worker import RemoteSampler
 
 SHM_DIR = "/dev/shm"
 CONNECT_S = 5.0  # the head's GCS port must accept a TCP connection within this (as in the supervisor's preflight)
+# ray.init took 0.03-4 s here (design note); a port that accepts and never answers as a Ray GCS (another
+# service, a wrong port) would keep it retrying for minutes, so the join gets this long, then one line.
+INIT_S = 20.0
 
 
 class SamplerActor:
@@ -88,10 +93,29 @@ def connect(address: str, run_id: str, log_path: str | os.PathLike | None = None
                            f"waited up to {CONNECT_S:.0f} s)") from None
     if log_path is not None:
         divert_cluster_errors(log_path)
-    try:
-        ray.init(address=address, namespace=f"spreeze-{run_id}", log_to_driver=False, logging_level=logging.ERROR,
-                 configure_logging=True)
-    except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError (version mismatch), auth errors...
+    outcome: dict[str, BaseException | None] = {}
+
+    def join() -> None:
+        try:
+            ray.init(address=address, namespace=f"spreeze-{run_id}", log_to_driver=False,
+                     logging_level=logging.ERROR, configure_logging=True)
+            outcome["error"] = None
+        except BaseException as exc:  # noqa: BLE001 - reported below, in this process's main thread
+            outcome["error"] = exc
+
+    # In a thread, so that a join that never completes ends in one line (the thread is a daemon: the
+    # process exits through os._exit after the error line, procs/control.py). Ray's C++ core writes its
+    # retry warnings to fd 2 meanwhile: they go to the bridge's log, not between the run's own lines.
+    thread = threading.Thread(target=join, name="ray-init", daemon=True)
+    with _stderr_into(log_path):
+        thread.start()
+        thread.join(INIT_S)
+    if thread.is_alive():
+        raise SpreezeError(f"cannot join the Ray cluster at {address}: {host}:{port} accepted a connection but did "
+                           f"not answer as a Ray cluster within {INIT_S:.0f} s (is it the port `ray start --head` "
+                           f"printed?)")
+    exc = outcome.get("error")
+    if exc is not None:  # ConnectionError, RuntimeError (version mismatch), auth errors...
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise SpreezeError(f"cannot join the Ray cluster at {address}: {first}") from None
     try:
@@ -100,6 +124,27 @@ def connect(address: str, run_id: str, log_path: str | os.PathLike | None = None
         ray.shutdown()
         raise
     return ray
+
+
+@contextlib.contextmanager
+def _stderr_into(log_path: str | os.PathLike | None) -> Iterator[None]:
+    """File descriptor 2 appends to ``log_path`` inside the block (nothing changes without a path)."""
+    if log_path is None:
+        yield
+        return
+    try:
+        target = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_CLOEXEC, 0o644)
+    except OSError:  # a full or gone run folder: Ray's lines stay on the terminal
+        yield
+        return
+    saved = os.dup(2)
+    try:
+        os.dup2(target, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(target)
 
 
 def divert_cluster_errors(log_path: str | os.PathLike) -> None:
@@ -151,9 +196,14 @@ class RayCluster:
     def __init__(self, ray: Any, address: str) -> None:
         self.ray, self.address = ray, address
         self._actor_class = ray.remote(num_cpus=1, max_restarts=0, max_task_retries=0)(SamplerActor)
+        self._created = 0
 
     def create(self, index: int, init: dict[str, Any]) -> Any:
-        return self._actor_class.remote(init)
+        # Named in the run's namespace (``sampler-<i>.<n>``, n counting this bridge's actors) so that a
+        # user or a test can find one with ``ray.get_actor`` and ``ray.kill`` it; the count keeps a
+        # restarted actor's name free of its predecessor's, whose death Ray may not have registered yet.
+        self._created += 1
+        return self._actor_class.options(name=f"sampler-{index}.{self._created}").remote(init)
 
     def ping(self, actor: Any) -> Any:
         return actor.ping.remote()

@@ -117,6 +117,16 @@ def test_smoke_one_local_one_remote_learns_with_exact_updates(cluster, tmp_path)
     assert not _no_actor_left(cluster, 15.0), "a SamplerActor outlived its finished run"
 
 
+RAY_KILL = """
+import sys, ray
+ray.init(address=sys.argv[1], namespace=sys.argv[2], log_to_driver=False, logging_level="ERROR")
+name = next(n for n in ray.util.list_named_actors() if n.startswith(sys.argv[3]))
+ray.kill(ray.get_actor(name), no_restart=True)
+print(name)
+ray.shutdown()
+"""
+
+
 def test_killed_actor_is_restarted_and_counted(cluster, tmp_path):
     logdir, log = tmp_path / "runs", tmp_path / "kill.log"
     proc = start_cli(cluster, *TINY, *REMOTE, "--total-steps", "100000", "--logdir", str(logdir), log=log)
@@ -127,8 +137,10 @@ def test_killed_actor_is_restarted_and_counted(cluster, tmp_path):
                          120, proc, log, "remote sampler running")
         steps_before = read_status(run_dir)["env_steps"]
         assert first["pid"] in _actor_pids(cluster), (first, _actor_pids(cluster))
-        # A crash of the remote sampler's process (what ray.kill does to it from the outside): SIGKILL by pid.
-        os.kill(first["pid"], signal.SIGKILL)
+        # ray.kill from a second driver: the bridge names its actors sampler-<i>.<n> in the run's namespace
+        killed = subprocess.run([sys.executable, "-c", RAY_KILL, cluster.address, f"spreeze-{read_status(run_dir)['run_id']}",
+                                 "sampler-1."], capture_output=True, text=True, timeout=60, env=cluster.env(), check=False)
+        assert killed.returncode == 0 and killed.stdout.strip().startswith("sampler-1."), killed.stderr[-2000:]
         again = wait_for(lambda: (r := _remote_row(run_dir)).get("restarts") == 1 and r.get("state") == "running"
                          and r.get("pid") not in (None, first["pid"]) and r, 90, proc, log, "actor restarted")
         # the restarted actor delivers rows again
