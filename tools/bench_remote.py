@@ -72,8 +72,7 @@ def run_cli(args: list[str], env: dict[str, str], logdir: Path, timeout_s: float
                 try:
                     st = json.loads((run_dir / "status.json").read_text())
                     polls.append((time.monotonic(), int(st["env_steps"])))
-                    rows.append((time.monotonic(), {k: dict(v) for k, v in st.get("counters", {}).items()
-                                                    if k.startswith("sampler-") or k == "ray-bridge"}))
+                    rows.append((time.monotonic(), {k: dict(v) for k, v in st.get("live", {}).items()}))
                 except (OSError, ValueError, KeyError, TypeError):
                     pass
             time.sleep(0.25)

@@ -5,7 +5,8 @@ memory: the supervisor's pid and state (``starting``, ``running``, ``finishing``
 ``exiting``, then ``finished``, ``interrupted`` or ``failed``), the global env step, the newest
 checkpoint, a failure message, and per role its pid, process state (``alive``, ``restarting``,
 ``exited``), restarts, exit description, the state word of its stats row (``starting``, ``running``,
-``waiting``, ``done``) and its heartbeat age. The last write of a run adds every role's final
+``waiting``, ``done``) and its heartbeat age; ``live``: each sampler row's env steps, episodes and rows in
+flight, and the Ray bridge's CPU seconds, rows written and calls. The last write of a run adds every role's final
 counters (``counters``), which ``tools/bench_learner_rate.py`` reads. A run with remote samplers adds
 ``remote_samplers``: what the Ray bridge last wrote to ``remote_samplers.json`` (per remote sampler
 its node, pid, state, restarts, steps/s and policy lag; None until the first write). It is rewritten atomically
@@ -33,6 +34,9 @@ from spreeze_like.write_guard import WriteGuard
 STATUS_FILE = "status.json"
 
 
+LIVE_SLOTS = ("env_steps", "episodes", "in_flight", "cpu_s", "rows_written", "calls")
+
+
 def write_status(run_dir: Path, run_id: str, state: str, env_steps: int, total_steps: int, last_checkpoint: Any,
                  failure: str | None, children: dict[str, RoleProcess], snap: dict[str, dict[str, float]],
                  final: bool = False, guard: WriteGuard | None = None, extra: dict[str, Any] | None = None) -> None:
@@ -55,6 +59,10 @@ def write_status(run_dir: Path, run_id: str, state: str, env_steps: int, total_s
         "total_steps": total_steps, "last_checkpoint": str(last_checkpoint) if last_checkpoint else None,
         "failure": failure, "roles": roles, "updated_at": time.time(), **(extra or {}),
     }
+    # every write: each sampler row's progress and the bridge's work, for people and tools watching
+    # a run (tools/bench_remote.py takes its steady-window rates from these)
+    status["live"] = {r: {k: row[k] for k in LIVE_SLOTS if k in row} for r, row in snap.items()
+                      if r.startswith("sampler-") or r == "ray-bridge"}
     if final and snap:
         status["counters"] = {r: {k: v for k, v in row.items() if k != "heartbeat_age_s"} for r, row in snap.items()}
     try:

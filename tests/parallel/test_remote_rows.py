@@ -93,6 +93,9 @@ def test_an_abandoned_remote_row_hands_its_steps_to_the_local_sampler_after_a_br
     assert counters["sampler-0"]["env_steps"] == total - remote_steps
     assert counters["control"]["quota-0"] == total - remote_steps and counters["control"]["quota-1"] == remote_steps
     assert counters["ray-bridge"]["connected"] == 1
+    live = status["live"]  # what every write carries (tools/bench_remote.py's rates): the same final figures
+    assert live["sampler-1"]["env_steps"] == remote_steps and live["sampler-0"]["env_steps"] == total - remote_steps
+    assert live["ray-bridge"]["rows_written"] == counters["ray-bridge"]["rows_written"] and "cpu_s" in live["ray-bridge"]
     assert counters["replay"]["inserted"] == total  # the remote row's ring reached replay too
     start = pacing.learn_after(64, 300)  # TINY_ARGS: batch 64, learning starts 300
     assert counters["critic-learner"]["total_updates"] == pacing.critic_budget(total, start, 1.0)
