@@ -426,6 +426,21 @@ def parse_ray_address(value: str, environ: typing.Mapping[str, str] | None = Non
     return host, int(port)
 
 
+def unreachable_reason(host: str, port: int, timeout_s: float) -> str | None:
+    """Why ``host:port`` did not accept a TCP connection within ``timeout_s``, or None if it did.
+
+    The ``--ray`` checks of the supervisor (before any segment) and of the bridge (before ``ray.init``,
+    which would retry for minutes against a head that is gone) both ask this.
+    """
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
+
+
 # --- helpers shared by JSON and argparse -------------------------------------------------------------
 def field_types(cls: type) -> dict[str, Any]:
     return typing.get_type_hints(cls)

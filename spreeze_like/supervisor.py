@@ -50,7 +50,6 @@ import math
 import multiprocessing
 import os
 import signal
-import socket
 import sys
 import threading
 import time
@@ -61,7 +60,7 @@ from typing import Any
 
 from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.checkpoint import interrupted_line, resume_hint
-from spreeze_like.config import TrainConfig, parse_ray_address, resolve_ray_address
+from spreeze_like.config import TrainConfig, parse_ray_address, resolve_ray_address, unreachable_reason
 from spreeze_like.envs import env_info
 from spreeze_like.errors import ConfigError, ShmError, SpreezeError
 from spreeze_like.ipc import new_run_id
@@ -205,14 +204,10 @@ class Supervisor:
         self.ray_address = resolve_ray_address(cfg.ray)
         host, port = parse_ray_address(cfg.ray)
         said = f"--ray {cfg.ray}" + (f" ({self.ray_address})" if self.ray_address != cfg.ray else "")
-        try:
-            with socket.create_connection((host, port), timeout=RAY_CONNECT_S):
-                pass
-        except OSError as exc:
-            why = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
+        why = unreachable_reason(host, port, RAY_CONNECT_S)
+        if why is not None:
             raise ConfigError(f"{said}: no Ray cluster answers at {host}:{port} ({why}; waited up to {RAY_CONNECT_S:.0f} s); "
-                              f"start one there (ray start --head --port={port}) or give its head's host:port"
-                              ) from None
+                              f"start one there (ray start --head --port={port}) or give its head's host:port")
 
     def _create_segments(self) -> None:
         cfg = self.config

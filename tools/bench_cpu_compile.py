@@ -34,11 +34,11 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_precision import random_batch, time_steps  # noqa: E402  (a sibling tool, not a package)
+from bench_precision import add_step_args, random_batch, time_steps
 
-from spreeze_like.algos import make_actor_part, make_critic_part  # noqa: E402
-from spreeze_like.algos.base import AlgoSpec  # noqa: E402
-from spreeze_like.devices import cpu_has_native_bf16  # noqa: E402
+from spreeze_like.algos import make_actor_part, make_critic_part
+from spreeze_like.algos.base import AlgoSpec
+from spreeze_like.devices import cpu_has_native_bf16
 
 
 class CompiledStep:
@@ -94,16 +94,10 @@ def measure(args: argparse.Namespace, precision: str, n: int) -> list[dict]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--algo", default="sac", choices=["sac", "td3", "ddpg", "crossq"])
-    parser.add_argument("--obs-dim", type=int, default=3)
-    parser.add_argument("--act-dim", type=int, default=1)
-    parser.add_argument("--hidden-sizes", type=int, nargs="+", default=[256, 256])
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[256, 1024])
+    add_step_args(parser, [256, 1024])
     parser.add_argument("--precision", nargs="+", default=None,
                         help="fp32 and/or bf16 (default: what a run uses here: bf16 with native CPU bf16, else fp32)")
     parser.add_argument("--mode", default=None, help="torch.compile mode (default: inductor's default)")
-    parser.add_argument("--steps", type=int, default=100, help="timed steps per measurement")
-    parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args()
     torch.set_num_threads(1)

@@ -52,16 +52,21 @@ def time_steps(part, batch: Batch, steps: int) -> float:
     return 1e3 * (time.perf_counter() - t0) / steps
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_step_args(parser: argparse.ArgumentParser, batch_sizes: list[int]) -> None:
+    """The flags every learner-step timing tool shares (this one and tools/bench_cpu_compile.py)."""
     parser.add_argument("--algo", default="sac", choices=["sac", "td3", "ddpg", "crossq"])
     parser.add_argument("--obs-dim", type=int, default=3)
     parser.add_argument("--act-dim", type=int, default=1)
     parser.add_argument("--hidden-sizes", type=int, nargs="+", default=[256, 256])
-    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[256])
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=batch_sizes)
     parser.add_argument("--steps", type=int, default=100, help="timed steps per measurement")
     parser.add_argument("--rounds", type=int, default=3)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_step_args(parser, [256])
+    parser.add_argument("--device", default="cpu")
     args = parser.parse_args()
     torch.set_num_threads(1)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())

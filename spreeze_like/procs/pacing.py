@@ -105,6 +105,13 @@ def actor_lag(critic_updates: int, actor_updates: int, policy_delay: int) -> int
     return max(0, critic_updates // policy_delay - actor_updates)
 
 
+def claimed(sampler_rows: list) -> float:
+    """Transitions the samplers have taken of the allowance: emitted (non-finite drops excluded, as they
+    never reach replay) plus the rows the Ray bridge has asked remote actors for and not yet received.
+    Local samplers and the bridge both compare this with the critic's allowance (rule 2)."""
+    return sum(r.get("env_steps") - r.get("nonfinite_dropped") + r.get("in_flight") for r in sampler_rows)
+
+
 def sampler_quotas(remaining: int, samplers: int) -> list[int]:
     """Env steps each sampler takes in this session; they add up to ``remaining`` exactly."""
     base, extra = divmod(max(0, remaining), samplers)

@@ -122,9 +122,7 @@ def _loop(worker: SamplerWorker, row: object, control: Control, sampler_rows: li
             set_state(row, DONE)
             napper.nap()
             continue
-        # a remote row's in-flight rows are spoken for already (the bridge counts them against the allowance too)
-        emitted = sum(r.get("env_steps") - r.get("nonfinite_dropped") + r.get("in_flight") for r in sampler_rows)
-        free = critic.get("allowance") - emitted
+        free = critic.get("allowance") - pacing.claimed(sampler_rows)  # remote rows in flight included
         if free <= 0 or (waiting and free < gap):  # at the allowance: wait until a burst's worth is free
             waiting = True
             set_state(row, WAITING)

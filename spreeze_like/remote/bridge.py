@@ -60,7 +60,7 @@ from spreeze_like.algos.numpy_policy import NumpyPolicy
 from spreeze_like.errors import SpreezeError
 from spreeze_like.procs.children import RESTART_WINDOW_S, STABLE_S
 from spreeze_like.procs.control import CONTROL, DONE, RUN, RUNNING, STARTING, WAITING, set_state
-from spreeze_like.procs.pacing import backoff_s, resume_gap
+from spreeze_like.procs.pacing import backoff_s, claimed, resume_gap
 from spreeze_like.remote.sizing import batch_rows, round_to_envs
 from spreeze_like.remote.slots import Call, Cluster, RemoteSlot
 from spreeze_like.roles.ports import observe
@@ -299,9 +299,7 @@ class Bridge:
         return self.control.get(f"quota-{slot.index}")
 
     def _issue(self, now: float) -> None:
-        emitted = sum(r.get("env_steps") - r.get("nonfinite_dropped") for r in self.sampler_rows)
-        in_flight = sum(r.get("in_flight") for r in self.sampler_rows)
-        free = self.critic.get("allowance") - emitted - in_flight
+        free = self.critic.get("allowance") - claimed(self.sampler_rows)
         for slot in self.slots:
             if not slot.placed or slot.actor is None or slot.abandoned or slot.pending is not None:
                 continue

@@ -24,14 +24,13 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import socket
 import threading
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
-from spreeze_like.config import parse_ray_address
+from spreeze_like.config import parse_ray_address, unreachable_reason
 from spreeze_like.errors import SpreezeError
 from spreeze_like.remote.worker import RemoteSampler
 
@@ -84,13 +83,10 @@ def connect(address: str, run_id: str, log_path: str | os.PathLike | None = None
     except ImportError:
         raise SpreezeError('--ray needs Ray: pip install "spreeze_like[ray]"') from None
     host, port = parse_ray_address(address)
-    try:  # ray.init would wait minutes for a head that is gone; a closed port is known at once
-        with socket.create_connection((host, port), timeout=CONNECT_S):
-            pass
-    except OSError as exc:
-        why = "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
+    why = unreachable_reason(host, port, CONNECT_S)  # ray.init would wait minutes for a head that is gone
+    if why is not None:
         raise SpreezeError(f"cannot join the Ray cluster at {address}: nothing answers at {host}:{port} ({why}, "
-                           f"waited up to {CONNECT_S:.0f} s)") from None
+                           f"waited up to {CONNECT_S:.0f} s)")
     if log_path is not None:
         divert_cluster_errors(log_path)
     outcome: dict[str, BaseException | None] = {}

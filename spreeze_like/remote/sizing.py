@@ -12,9 +12,9 @@ The cap depends on the update-to-data ratio (decision). Every row a call holds w
 one policy version, and the run's lead grows by two calls per remote sampler, so at UTD 1 a call of
 2,048 rows is 2,048 updates of policy lag (measured: 69-160 versions mean lag per step on Pendulum
 with that cap). The cap is therefore the rows of :data:`LAG_UPDATES` updates, ``256 / utd``, within
-[:data:`MIN_BATCH`, :data:`AUTO_BATCH`]: 256 at UTD 1 (the fixed call cost is then still under 1 ms
-per 256 rows, a few per cent of the bridge), 2,048 at UTD 1/8 and below, where the learners do not
-bound sampling and large calls pay.
+[:data:`MIN_BATCH`, :data:`AUTO_BATCH`]: 256 at UTD 1 (the design note measured a call's fixed cost at
+0.7-0.9 ms; the bridge's CPU at this size was not benchmarked), 2,048 at UTD 1/8 and below, where the
+learners do not bound sampling and large calls pay (tools/bench_remote.py's overhead figure).
 """
 
 from __future__ import annotations
