@@ -8,7 +8,7 @@ The order, first match wins::
 ``config-file``); from Python, ``train(config)`` counts every field off its dataclass default, and
 every name passed as ``explicit`` or as a keyword override, as ``python``. :func:`lay_presets` then
 fills each field nobody set (or set to ``auto``, i.e. None) from the env's preset, labelled
-``preset:<file>#<table>``; the fields still unnamed are ``default``. With ``--autotune`` the
+``preset:<file>#<table>``; the algorithm itself, when nobody chose it, comes from ``algos.toml``; the fields still unnamed are ``default``. With ``--autotune`` the
 planned fields become ``autotune`` (:func:`mark_planned`): the plan changes only fields that are
 neither the user's nor a preset's, since the autotuner keeps every field it is told is set.
 
@@ -29,9 +29,9 @@ import dataclasses
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from spreeze_like.config import TrainConfig
+from spreeze_like.config import ALGOS, TrainConfig
 from spreeze_like.errors import ConfigError
-from spreeze_like.presets import PresetFile, load_presets
+from spreeze_like.presets import ALGO_FILE, PresetFile, default_algo, load_presets
 
 __all__ = ["ORDER", "checked_presets", "complete_sources", "lay_presets", "mark_planned", "python_sources",
            "settings_lines"]
@@ -64,12 +64,22 @@ def python_sources(config: TrainConfig, explicit: Collection[str] = ()) -> dict[
 def lay_presets(config: TrainConfig, sources: Mapping[str, str]) -> tuple[TrainConfig, dict[str, str]]:
     """``config`` with the env's preset under the user's settings, and the sources with the preset's labels.
 
+    When nobody chose the algorithm (``algo`` absent from ``sources``), the env's table of
+    ``presets/algos.toml`` chooses it first (SAC unless a measurement there chose another), and that
+    algorithm's preset file is read.
     A preset value is taken for every field absent from ``sources`` or set to ``auto`` (None), so that
     ``--actor-lr auto`` means "the preset's". Raises ConfigError for a malformed preset file.
     """
+    laid = dict(sources)
+    if "algo" not in sources:  # nobody chose: the env's algorithm (presets/algos.toml), which picks the preset file
+        algo, label = default_algo(config.env)
+        if algo not in ALGOS:
+            raise ConfigError(f"preset file {ALGO_FILE}: algo {algo!r} for {config.env} is not one of {', '.join(ALGOS)}")
+        if algo != config.algo:
+            config = dataclasses.replace(config, algo=algo)
+            laid["algo"] = label
     presets = checked_presets(config.algo, config.presets)
     values: dict[str, Any] = {}
-    laid = dict(sources)
     for name, (value, label) in presets.lookup(config.env).items():
         if name not in sources or getattr(config, name) is None:
             values[name] = value

@@ -21,13 +21,15 @@ def main(argv: list[str] | None = None) -> int:
     from spreeze_like.config import ALGOS
     from spreeze_like.flags import parse_command_line
     from spreeze_like.layering import checked_presets, lay_presets, settings_lines
-    from spreeze_like.presets import format_presets
+    from spreeze_like.presets import format_default_algos, format_presets
 
     try:
         line = parse_command_line(argv)
         config = line.config
         if line.list_presets:
             algos = [config.algo] if "algo" in line.sources else list(ALGOS)
+            if "algo" not in line.sources:
+                print(format_default_algos())
             print(format_presets([checked_presets(algo, config.presets) for algo in algos]))
             return 0
         if config.plan_only:

@@ -4,8 +4,9 @@ Runs in the benchmark's own process tree (our serial mode in the benchmark proce
 mode's roles in the processes our supervisor spawns). Our learners' devices: ``--device`` sets both
 (``--set actor_device=...`` / ``critic_device`` one by one; ``--set`` wins); the devices
 ``TrainConfig.resolve()`` picks are stored per run, and a device this machine lacks is a ConfigError
-before any run. The learning rates are our defaults for the *base* env and the algorithm (``--set
-algo=...``), looked up here because ``auto`` would see the recording wrapper's env id instead.
+before any run. Our settings are a default run's on the *base* env: its algorithm (``presets/algos.toml``)
+and that algorithm's preset, laid here because the run itself sees the recording wrapper's env id,
+which no preset knows; the benchmark's shared settings and ``--set`` win over them.
 
 Stopping: a watcher thread sends SIGINT to this process at ``--wall-budget`` or, with
 ``--stop-when-reached``, once both thresholds are reached (read from the episode files every 0.5 s);
@@ -29,18 +30,21 @@ from peers_record import EPISODE_DIR_VAR, MODULE, RECORDED_ID, RunRecord, both_r
 
 
 def ours_config(args: argparse.Namespace, seed: int, serial: bool):  # -> TrainConfig
-    from spreeze_like.config import TrainConfig, auto_actor_lr
+    """What a default run on the *base* env gets (its algorithm from ``presets/algos.toml`` and that
+    algorithm's preset, as :func:`spreeze_like.layering.lay_presets` lays them), under the benchmark's
+    shared settings and ``--set``; then the env becomes the recording wrapper, whose id no preset knows."""
+    from spreeze_like.config import TrainConfig
+    from spreeze_like.layering import lay_presets
 
     extra = dict(args.set)
     devices = {"actor_device": args.device, "critic_device": args.device} if args.device else {}
-    # our default for the base env and algorithm: ``auto`` would see the recording wrapper's id instead; --set wins
-    actor_lr = auto_actor_lr(args.env, extra.get("algo", "sac"), extra.get("presets", ""))
-    return dataclasses.replace(
-        TrainConfig(), env=f"{MODULE}:{RECORDED_ID}", seed=seed, total_steps=args.total_steps, serial=serial,
-        learning_starts=args.learning_starts, eval_every=args.eval_every, eval_episodes=args.eval_episodes,
-        logdir=args.logdir, log_interval=0, checkpoint_every=0,
-        **{"actor_lr": actor_lr, **devices, **extra},
-    )
+    shared = {"seed": seed, "total_steps": args.total_steps, "serial": serial, "learning_starts": args.learning_starts,
+              "eval_every": args.eval_every, "eval_episodes": args.eval_episodes, "logdir": args.logdir,
+              "log_interval": 0, "checkpoint_every": 0, **devices, **extra}
+    config = dataclasses.replace(TrainConfig(), env=args.env, **shared)
+    config, _ = lay_presets(config, dict.fromkeys(["env", *shared], "python"))
+    actor_lr = config.resolve().actor_lr  # ``auto`` resolved on the base env, for the same reason
+    return dataclasses.replace(config, env=f"{MODULE}:{RECORDED_ID}", actor_lr=actor_lr)
 
 
 def ours_device(config) -> str:

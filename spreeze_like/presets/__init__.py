@@ -31,11 +31,14 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - Python 3.10 reads TOML with the tomli backport (a dependency there)
     import tomli as tomllib
 
-__all__ = ["DEFAULT_ENTRY", "PRESET_DIR", "PRESET_FIELDS", "PresetFile", "env_key", "format_presets", "load_presets"]
+__all__ = ["ALGO_FILE", "DEFAULT_ENTRY", "PRESET_DIR", "PRESET_FIELDS", "PresetFile", "default_algo", "env_key",
+           "format_default_algos", "format_presets", "load_presets"]
 
 PRESET_DIR = Path(__file__).resolve().parent
 DEFAULT_ENTRY = "default"
 SOURCE_KEY = "source"
+ALGO_FILE = "algos.toml"  # the algorithm per env id when nobody chose one
+ALGO_KEY = "algo"
 
 # What a preset may set, with each value's TOML type (tests/trainer/test_presets.py checks these
 # against TrainConfig's field types). Learning settings only: the env and algorithm choose the file
@@ -148,6 +151,45 @@ def _checked(label: str, entry: str, key: str, value: Any) -> Any:
         what = "an array of whole numbers" if expected is tuple else expected.__name__
         raise ConfigError(f"{where}: {key} = {value!r} has the wrong type; expected {what}")
     return value
+
+
+def _algo_tables() -> dict[str, dict[str, Any]]:
+    """The checked tables of the shipped ``algos.toml``: each has ``algo`` (a string) and ``source``."""
+    label = ALGO_FILE
+    try:
+        data = tomllib.loads((PRESET_DIR / ALGO_FILE).read_text())
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read preset file {label}: {' '.join(str(exc).split())}") from None
+    for entry, table in data.items():
+        if not isinstance(table, dict) or set(table) != {ALGO_KEY, SOURCE_KEY} or not all(
+                isinstance(v, str) for v in table.values()):
+            raise ConfigError(f"preset file {label} [{entry}]: a table holds exactly {ALGO_KEY} and {SOURCE_KEY}, "
+                              "both strings")
+    if DEFAULT_ENTRY not in data:
+        raise ConfigError(f"preset file {label} has no [{DEFAULT_ENTRY}] table")
+    return data
+
+
+def default_algo(env_id: str) -> tuple[str, str]:
+    """``(algorithm, source label)`` a run on ``env_id`` uses when nobody chose one: the env's table of
+    ``algos.toml``, else its ``[default]``. The caller checks the name against the known algorithms."""
+    tables = _algo_tables()
+    key = env_key(env_id)
+    entry = key if key in tables else DEFAULT_ENTRY
+    return tables[entry][ALGO_KEY], f"preset:{ALGO_FILE}#{entry}"
+
+
+def format_default_algos(width: int = 100) -> str:
+    """The ``--list-presets`` section of ``algos.toml``: the algorithm per env and why."""
+    tables = _algo_tables()
+    names = sorted(tables, key=lambda e: (e != DEFAULT_ENTRY, e.lower()))
+    pad = max(len(n) for n in names) + 2
+    lines = [f"algorithm when --algo is not given  ({PRESET_DIR / ALGO_FILE})"]
+    for name in names:
+        lines.append(f"  {name.ljust(pad)}algo={tables[name][ALGO_KEY]}")
+        lines += textwrap.wrap(tables[name][SOURCE_KEY], width, initial_indent=" " * (pad + 2) + "source: ",
+                               subsequent_indent=" " * (pad + 10))
+    return "\n".join(lines + [""])
 
 
 def _value_text(value: Any) -> str:

@@ -136,3 +136,34 @@ def test_a_png_without_a_curves_folder_is_refused(tmp_path: Path) -> None:
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     assert proc.stderr.strip().splitlines()[-1] == "error: --png needs the curves: give --curves-dir or --json"
     assert "done " not in proc.stdout and not (tmp_path / "c.png").exists()
+
+
+def test_ours_runs_what_a_default_run_on_the_base_env_gets() -> None:
+    """The run sees the recording wrapper's env id, which no preset knows: the benchmark lays the base env's
+    algorithm (presets/algos.toml) and preset itself, under its shared settings and --set."""
+    import argparse
+
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from peers_ours import ours_config
+        from peers_record import MODULE, RECORDED_ID
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    from spreeze_like.config import TrainConfig
+    from spreeze_like.layering import lay_presets
+
+    def config(env: str, **extra):
+        args = argparse.Namespace(set=list(extra.items()), device=None, total_steps=20_000, learning_starts=123,
+                                  eval_every=1000, eval_episodes=10, logdir="runs", env=env)
+        return ours_config(args, 2, False)
+
+    for env in ("Pendulum-v1", "HalfCheetah-v5"):
+        default, _ = lay_presets(TrainConfig(env=env), {"env": "flag"})
+        ours = config(env)
+        assert ours.env == f"{MODULE}:{RECORDED_ID}" and ours.seed == 2
+        assert (ours.algo, ours.hidden_sizes) == (default.algo, default.hidden_sizes), env
+        assert ours.actor_lr == default.resolve().actor_lr, env
+        assert (ours.learning_starts, ours.total_steps) == (123, 20_000), env  # the benchmark's shared settings win
+    assert config("HalfCheetah-v5").algo == "crossq"
+    forced = config("HalfCheetah-v5", algo="sac")
+    assert (forced.algo, forced.actor_lr) == ("sac", 3e-4)  # --set wins, and the lr is SAC's on the base env

@@ -129,7 +129,47 @@ def test_python_callers_keep_every_field_they_set(tmp_path):
     assert sources == {"env": "python", "batch_size": "python", "learning_starts": "python"}
     laid, laid_sources = lay_presets(config, sources)
     assert laid.learning_starts == 1000  # named as set: the preset's 10,000 does not apply
-    assert (laid.total_steps, laid_sources["total_steps"]) == (1_000_000, "preset:sac.toml#HalfCheetah-v5")
+    # the algorithm was not named: the env's (algos.toml), whose preset file then applies
+    assert (laid.algo, laid_sources["algo"]) == ("crossq", "preset:algos.toml#HalfCheetah-v5")
+    assert (laid.total_steps, laid_sources["total_steps"]) == (1_000_000, "preset:crossq.toml#HalfCheetah-v5")
+    laid, laid_sources = lay_presets(config, {**sources, "algo": "python"})  # train(config, algo="sac")
+    assert (laid.algo, laid_sources["algo"]) == ("sac", "python")
+    assert laid_sources["total_steps"] == "preset:sac.toml#HalfCheetah-v5"
+
+
+# --- the algorithm per env (presets/algos.toml) -------------------------------------------------------------------
+def test_shipped_default_algorithms_are_known_algorithms_with_sources():
+    tables = presets_module._algo_tables()
+    assert tables[DEFAULT_ENTRY]["algo"] == "sac"
+    for entry, table in tables.items():
+        assert table["algo"] in ALGOS and table["source"].strip(), entry
+        # an env that gets another algorithm has that algorithm's preset table too (run length, warm-up)
+        if entry != DEFAULT_ENTRY and table["algo"] != "sac":
+            assert entry in load_presets(table["algo"]).entries, entry
+
+
+def test_default_algorithm_per_env_and_the_flag_wins():
+    assert presets_module.default_algo("Pendulum-v1") == ("sac", "preset:algos.toml#default")
+    assert presets_module.default_algo("my_pkg.envs:HalfCheetah-v5") == ("crossq", "preset:algos.toml#HalfCheetah-v5")
+    chosen, _ = lay_presets(dataclasses.replace(TrainConfig(), env="HalfCheetah-v5"), {"env": "flag"})
+    assert chosen.algo == "crossq" and chosen.policy_delay == 0 and chosen.resolve().policy_delay == 3
+    flagged = parse_command_line(["--env", "HalfCheetah-v5", "--algo", "sac"])
+    kept, kept_sources = lay_presets(flagged.config, flagged.sources)
+    assert (kept.algo, kept_sources["algo"]) == ("sac", "flag")
+    pendulum, pendulum_sources = lay_presets(TrainConfig(), {})
+    assert pendulum.algo == "sac" and "algo" not in pendulum_sources  # the built-in default: not news in the header
+
+
+def test_a_default_algorithm_file_with_an_unknown_algorithm_is_one_line(tmp_path, monkeypatch):
+    for name in ("sac.toml", "crossq.toml"):
+        (tmp_path / name).write_text((presets_module.PRESET_DIR / name).read_text())
+    (tmp_path / "algos.toml").write_text('[default]\nalgo = "sac"\nsource = "x"\n[Foo-v0]\nalgo = "ppo"\nsource = "y"\n')
+    monkeypatch.setattr(presets_module, "PRESET_DIR", tmp_path)
+    with pytest.raises(ConfigError, match="algos.toml: algo 'ppo' for Foo-v0 is not one of"):
+        lay_presets(dataclasses.replace(TrainConfig(), env="Foo-v0"), {})
+    (tmp_path / "algos.toml").write_text('[default]\nalgo = "sac"\n')
+    with pytest.raises(ConfigError, match=r"algos.toml \[default\]: a table holds exactly algo and source"):
+        presets_module.default_algo("Pendulum-v1")
 
 
 # --- malformed preset files ---------------------------------------------------------------------------------------
@@ -159,6 +199,7 @@ def test_a_malformed_preset_file_is_one_config_error_line_naming_file_and_key(tm
 
 def test_a_malformed_shipped_file_is_named_by_its_file_name(tmp_path, monkeypatch):
     (tmp_path / "sac.toml").write_text("[default]\nactor_lr = -1.0\n")
+    (tmp_path / "algos.toml").write_text((presets_module.PRESET_DIR / "algos.toml").read_text())
     monkeypatch.setattr(presets_module, "PRESET_DIR", tmp_path)
     with pytest.raises(ConfigError, match=r"^preset file sac.toml \[default\]: --actor-lr -1.0 is invalid"):
         lay_presets(TrainConfig(), {})
@@ -184,6 +225,7 @@ def test_list_presets_prints_every_algorithm_s_tables_and_exits_0():
     for text in ("default", "Pendulum-v1", "HalfCheetah-v5", "learning_starts=10_000", "actor_lr=0.001",
                  "source: rl-baselines3-zoo"):
         assert text in proc.stdout, text
+    assert "algorithm when --algo is not given" in proc.stdout and "algo=crossq" in proc.stdout
     only = run_cli("--list-presets", "--algo", "td3")
     assert only.returncode == 0 and "td3  (" in only.stdout and "sac  (" not in only.stdout
 
