@@ -21,10 +21,19 @@ def load(path: Path) -> ProbeResults:
     return ProbeResults.load(path)
 
 
-def seed_cache(xdg: Path, fixture: Path = REAL, env_id: str = "Pendulum-v1", hidden: tuple[int, ...] = (256, 256)) -> Path:
-    """Put ``fixture`` where this machine's cache file for ``env_id`` (SAC, ``hidden``) would be."""
+def seed_cache(xdg: Path, fixture: Path = REAL, env_id: str = "Pendulum-v1",
+               hidden: tuple[int, ...] | None = None) -> Path:
+    """Put ``fixture`` where this machine's cache file for ``env_id`` (SAC, ``hidden``) would be.
+
+    ``hidden`` None: the hidden sizes a default run on ``env_id`` gets from its preset (Pendulum-v1: 64 x 64).
+    """
     from spreeze_like.autotune import hardware
     from spreeze_like.autotune.cache import cache_path
+    from spreeze_like.config import TrainConfig
+    from spreeze_like.layering import lay_presets
+
+    if hidden is None:
+        hidden = lay_presets(TrainConfig(env=env_id, algo="sac"), {"env": "flag", "algo": "flag"})[0].hidden_sizes
 
     old = os.environ.get("XDG_CACHE_HOME")
     os.environ["XDG_CACHE_HOME"] = str(xdg)
