@@ -8,8 +8,8 @@ The order, first match wins::
 ``config-file``); from Python, ``train(config)`` counts every field off its dataclass default, and
 every name passed as ``explicit`` or as a keyword override, as ``python``. :func:`lay_presets` then
 fills each field nobody set (or set to ``auto``, i.e. None) from the env's preset, labelled
-``preset:<file>#<table>``; the algorithm itself, when nobody chose it, comes from ``algos.toml``; the fields still unnamed are ``default``. With ``--autotune`` the
-planned fields become ``autotune`` (:func:`mark_planned`): the plan changes only fields that are
+``preset:<file>#<table>`` (the algorithm itself, when nobody chose it, from ``algos.toml``); the
+fields still unnamed are ``default``. With ``--autotune`` the planned fields become ``autotune`` (:func:`mark_planned`): the plan changes only fields that are
 neither the user's nor a preset's, since the autotuner keeps every field it is told is set.
 
 A resumed run keeps its saved values: every field in its config.json is ``resume`` (with the source

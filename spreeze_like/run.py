@@ -27,8 +27,10 @@ def main(argv: list[str] | None = None) -> int:
         line = parse_command_line(argv)
         config = line.config
         if line.list_presets:
-            algos = [config.algo] if "algo" in line.sources else list(ALGOS)
-            if "algo" not in line.sources:
+            if "algo" in line.sources:
+                algos = [config.algo]
+            else:
+                algos = list(ALGOS)
                 print(format_default_algos())
             print(format_presets([checked_presets(algo, config.presets) for algo in algos]))
             return 0

@@ -33,7 +33,7 @@ def ours_config(args: argparse.Namespace, seed: int, serial: bool):  # -> TrainC
     """What a default run on the *base* env gets (its algorithm from ``presets/algos.toml`` and that
     algorithm's preset, as :func:`spreeze_like.layering.lay_presets` lays them), under the benchmark's
     shared settings and ``--set``; then the env becomes the recording wrapper, whose id no preset knows."""
-    from spreeze_like.config import TrainConfig
+    from spreeze_like.config import TrainConfig, auto_actor_lr
     from spreeze_like.layering import lay_presets
 
     extra = dict(args.set)
@@ -43,7 +43,8 @@ def ours_config(args: argparse.Namespace, seed: int, serial: bool):  # -> TrainC
               "log_interval": 0, "checkpoint_every": 0, **devices, **extra}
     config = dataclasses.replace(TrainConfig(), env=args.env, **shared)
     config, _ = lay_presets(config, dict.fromkeys(["env", *shared], "python"))
-    actor_lr = config.resolve().actor_lr  # ``auto`` resolved on the base env, for the same reason
+    # ``auto`` looked up on the base env, for the same reason
+    actor_lr = config.actor_lr if config.actor_lr is not None else auto_actor_lr(args.env, config.algo, config.presets)
     return dataclasses.replace(config, env=f"{MODULE}:{RECORDED_ID}", actor_lr=actor_lr)
 
 

@@ -30,7 +30,7 @@ class FP32Linear(nn.Linear):
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not torch.is_autocast_enabled(x.device.type):  # fp32 runs: no context to enter (~10 us a call)
+        if not torch.is_autocast_enabled(x.device.type):  # fp32 runs: no autocast context to enter and leave
             return F.linear(x, self.weight, self.bias)
         with torch.autocast(device_type=x.device.type, enabled=False):
             return F.linear(x.float(), self.weight, self.bias)
@@ -162,25 +162,26 @@ class BatchRenorm(nn.Module):
         x = x.float()
         if not self.training:
             return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
-        # torch's batch-norm kernel normalises and returns the batch mean and 1/sigma_B; the affine
-        # part with r and d is one addcmul. Measured on this CPU (fwd + bwd, [512, 256]): 0.6 ms, against
-        # 1.6 ms for the same formula in elementwise torch ops.
         if x.device.type == "cpu" and int(self.steps) < self.warmup:
-            # Warm-up on the CPU: r = 1 and d = 0, so this is plain batch norm and the affine part fuses into
-            # the kernel; the ~12 elementwise ops of r, d and the addcmul (forward and backward) are skipped.
-            # Reading the step count is a host read, free on the CPU; a CUDA graph cannot branch on it.
+            # Warm-up on the CPU: r = 1 and d = 0, so this is plain batch norm with the affine part fused into
+            # the kernel, without the elementwise ops of r, d and the addcmul below (forward and backward).
+            # A CrossQ 256x256 critic step at HalfCheetah sizes: 13.5 -> 12.1 ms (ad-hoc A/B, quiet machine).
+            # The step count is a host read, free on the CPU; a CUDA graph cannot branch on it.
             y, mean, invstd = torch.native_batch_norm(x, self.weight, self.bias, None, None, True, 0.0, self.eps)
+        else:
+            # torch's batch-norm kernel normalises and returns the batch mean and 1/sigma_B; the affine
+            # part with r and d is one addcmul. Measured on this CPU (fwd + bwd, [512, 256]): 0.6 ms, against
+            # 1.6 ms for the same formula in elementwise torch ops.
+            x_hat, mean, invstd = torch.native_batch_norm(x, None, None, None, None, True, 0.0, self.eps)
             with torch.no_grad():
-                self._batch_stats = (mean, (invstd.pow(-2) - self.eps).clamp_min(0.0))
-            return y
-        x_hat, mean, invstd = torch.native_batch_norm(x, None, None, None, None, True, 0.0, self.eps)
+                running_std = (self.running_var + self.eps).sqrt()
+                warm = self.steps >= self.warmup
+                r = torch.where(warm, (invstd.reciprocal() / running_std).clamp(1.0 / self.r_max, self.r_max), 1.0)
+                d = torch.where(warm, ((mean - self.running_mean) / running_std).clamp(-self.d_max, self.d_max), 0.0)
+            y = torch.addcmul(self.bias + self.weight * d, x_hat, self.weight * r)
         with torch.no_grad():
-            running_std = (self.running_var + self.eps).sqrt()
-            warm = self.steps >= self.warmup
-            r = torch.where(warm, (invstd.reciprocal() / running_std).clamp(1.0 / self.r_max, self.r_max), 1.0)
-            d = torch.where(warm, ((mean - self.running_mean) / running_std).clamp(-self.d_max, self.d_max), 0.0)
             self._batch_stats = (mean, (invstd.pow(-2) - self.eps).clamp_min(0.0))  # the population variance
-        return torch.addcmul(self.bias + self.weight * d, x_hat, self.weight * r)
+        return y
 
     @torch.no_grad()
     def commit(self, keep: torch.Tensor | None = None) -> None:

@@ -102,19 +102,24 @@ def preset_path(algo: str, path: str | Path = "") -> Path:
     return Path(path) if path else PRESET_DIR / f"{algo}.toml"
 
 
-def load_presets(algo: str, path: str | Path = "") -> PresetFile:
-    """Read and type-check ``path`` (default: the shipped ``<algo>.toml``). Raises a one-line ConfigError."""
-    file = preset_path(algo, path)
-    label = str(path) if path else file.name
+def _read_toml(file: Path, label: str) -> dict[str, Any]:
+    """The parsed TOML of a preset file; a one-line ConfigError naming ``label`` if unreadable or invalid."""
     try:
         text = file.read_text()
     except OSError as exc:
         raise ConfigError(f"cannot read preset file {label}: {exc.strerror or exc}") from None
     try:
-        data = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         reason = " ".join(str(exc).split())
         raise ConfigError(f"preset file {label} is not valid TOML: {reason}") from None
+
+
+def load_presets(algo: str, path: str | Path = "") -> PresetFile:
+    """Read and type-check ``path`` (default: the shipped ``<algo>.toml``). Raises a one-line ConfigError."""
+    file = preset_path(algo, path)
+    label = str(path) if path else file.name
+    data = _read_toml(file, label)
     entries: dict[str, dict[str, Any]] = {}
     sources: dict[str, str] = {}
     for entry, table in data.items():
@@ -156,10 +161,7 @@ def _checked(label: str, entry: str, key: str, value: Any) -> Any:
 def _algo_tables() -> dict[str, dict[str, Any]]:
     """The checked tables of the shipped ``algos.toml``: each has ``algo`` (a string) and ``source``."""
     label = ALGO_FILE
-    try:
-        data = tomllib.loads((PRESET_DIR / ALGO_FILE).read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
-        raise ConfigError(f"cannot read preset file {label}: {' '.join(str(exc).split())}") from None
+    data = _read_toml(PRESET_DIR / ALGO_FILE, label)
     for entry, table in data.items():
         if not isinstance(table, dict) or set(table) != {ALGO_KEY, SOURCE_KEY} or not all(
                 isinstance(v, str) for v in table.values()):
