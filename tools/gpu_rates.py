@@ -3,9 +3,10 @@
 Every rate here is measured on synthetic replay (random transitions of the env's sizes), so it is
 the learner alone: no samplers, no pacing. What each function times:
 
-* :func:`step_modes`: one SAC critic step on a fixed batch, three ways: eager PyTorch, our
-  :class:`~spreeze_like.algos.graphed.StepRunner` replaying a captured CUDA graph, and
-  ``torch.compile(mode="reduce-overhead")`` of the same step (inductor + its CUDA graph trees).
+* :func:`step_modes`: one SAC critic step on a fixed batch, four ways: eager PyTorch, our
+  :class:`~spreeze_like.algos.graphed.StepRunner` replaying a captured CUDA graph, the same with the
+  step compiled by inductor first (``compiled-graph``), and ``torch.compile(mode="reduce-overhead")``
+  of the step (inductor + its CUDA graph trees).
   Compile time is reported separately. This is the measurement that chose the graph path.
 * :func:`critic_update_rate`: ``CriticLearner.update()`` as the trainer calls it (batch drawn from
   the replay -- on the device mirror when it is on --, step, metrics, weight publish every
@@ -25,6 +26,7 @@ from __future__ import annotations
 
 import multiprocessing as mp
 import time
+import traceback
 from typing import Any
 
 import numpy as np
@@ -86,13 +88,15 @@ def step_modes(device: str, batch: int, seconds: float, modes: tuple[str, ...], 
         part = make_critic_part(_spec(precision=precision), device)
         guard = NonFiniteGuard(part, "critic-learner", LocalStatsBlock({"c": ["nonfinite_steps"]}).role("c"), 10**9)
         runner = StepRunner(part, lambda b: part.step(b)[0], batch, CRITIC_INPUTS, begin=guard.begin,
-                            mode="cuda-graph" if mode == "cuda-graph" else "eager")
+                            mode=mode if mode in ("cuda-graph", "compiled-graph") else "eager")
         g = torch.Generator(device=device).manual_seed(0)
         for t in runner.inputs.values():
             t.copy_(torch.rand(t.shape, generator=g, device=device))
         t0 = time.perf_counter()
         try:
             if mode == "compile":
+                for _ in range(3):  # the optimiser's state exists before tracing (as our graph's warm-up does)
+                    part.step(runner.batch)
                 compiled = torch.compile(lambda: part.step(runner.batch)[0], mode="reduce-overhead")
 
                 def call() -> None:
@@ -107,7 +111,9 @@ def step_modes(device: str, batch: int, seconds: float, modes: tuple[str, ...], 
             rate, calls = _timed(call, device, seconds)
             out[mode] = {"updates_per_s": rate, "frames_per_s": rate * batch, "startup_s": start_s, "calls": calls}
         except Exception as exc:  # a mode that fails here is reported, not hidden
-            out[mode] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}"}
+            # the first line of an inductor error names only the backend: keep the traceback's end too
+            out[mode] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
+                         "detail": traceback.format_exc()[-4000:]}
     return out
 
 

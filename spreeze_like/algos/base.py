@@ -27,6 +27,7 @@ two halves start with identical copies without exchanging anything.
 from __future__ import annotations
 
 import copy
+import hashlib
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -94,6 +95,12 @@ class _Part:
     def __init__(self, spec: AlgoSpec, device: str, role: str) -> None:
         self.spec = spec
         self.device = torch.device(device)
+        if self.device.type == "cuda" and spec.precision == "fp32":
+            # TF32 tensor cores for fp32 matmuls, as JAX (SBX) does by default on such GPUs: 10 mantissa
+            # bits in the products, fp32 accumulation; torch's default leaves them off. The setting is
+            # per process, and only learner processes (and the benchmarks of them) build parts.
+            torch.backends.cuda.matmul.allow_tf32 = True
+            torch.backends.cudnn.allow_tf32 = True
         self.generator = torch.Generator(device=self.device)
         self.generator.manual_seed(derive_seed(spec.seed, role + "/noise"))
         self.modules: dict[str, nn.Module] = {}
@@ -143,6 +150,7 @@ class _Part:
             "optimizers": {k: o.state_dict() for k, o in self.optimizers.items()},
             "tensors": {k: t.detach().cpu().clone() for k, t in self.tensors.items()},
             "generator": self.generator.get_state(),
+            "generator_device": self.device.type,
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -153,7 +161,20 @@ class _Part:
         with torch.no_grad():
             for k, t in self.tensors.items():
                 t.copy_(state["tensors"][k])
-        self.generator.set_state(state["generator"])
+        self._load_generator(state["generator"], state.get("generator_device", self.device.type))
+
+    def _load_generator(self, saved: torch.Tensor, saved_device: str) -> None:
+        """Continue the saved noise stream; from another device type, seed a new one from it.
+
+        A CUDA generator's state (Philox seed and offset, 16 bytes) cannot continue on the CPU's
+        Mersenne Twister (5,056 bytes) or back: a checkpoint resumed on the other device type seeds
+        its generator from a hash of the saved state, so that such a resume is still reproducible.
+        """
+        if saved_device == self.device.type and saved.numel() == self.generator.get_state().numel():
+            self.generator.set_state(saved)
+            return
+        digest = hashlib.blake2b(saved.cpu().numpy().tobytes(), digest_size=8).digest()
+        self.generator.manual_seed(int.from_bytes(digest, "little") & ((1 << 63) - 1))
 
 
 class CriticPart(_Part):

@@ -5,6 +5,10 @@ learner fills before every update (gathered from the device replay mirror, or co
 batch). ``run()`` then performs one update of the half on that batch:
 
 * ``eager``: calls the half's ``step`` (the CPU path, unchanged: bf16 autocast where the CPU has it);
+* ``compiled-graph``: as ``cuda-graph``, with the step first compiled by ``torch.compile`` (inductor,
+  default mode: fused elementwise kernels; the optimiser step, the generator's draws and
+  ``backward()`` stay graph breaks), then captured in our graph: fewer kernels per replay, at the cost
+  of tens of seconds of compiling during the warm-up updates;
 * ``cuda-graph``: the first ``warmup`` updates of each *variant* run eagerly on a side stream (they
   are real updates: cuBLAS and the optimiser's lazily created state need them before a capture),
   the next one is captured into a ``torch.cuda.CUDAGraph`` (recording launches nothing) and every
@@ -41,7 +45,8 @@ import torch
 from spreeze_like.algos.base import Batch
 from spreeze_like.errors import ConfigError
 
-STEP_MODES = ("auto", "eager", "cuda-graph")
+STEP_MODES = ("auto", "eager", "cuda-graph", "compiled-graph")
+GRAPH_MODES = ("cuda-graph", "compiled-graph")
 CRITIC_INPUTS = ("obs", "action", "reward", "next_obs", "terminated")
 ACTOR_INPUTS = ("obs",)  # every actor loss here reads observations only
 
@@ -51,10 +56,10 @@ def resolve_step_mode(mode: str, device: str | torch.device) -> str:
     kind = torch.device(device).type
     if mode == "auto":
         return "cuda-graph" if kind == "cuda" else "eager"
-    if mode == "cuda-graph" and kind != "cuda":
-        raise ConfigError(f"--learner-step cuda-graph needs a CUDA learner device, not {device}; use auto or eager")
     if mode not in STEP_MODES:
         raise ConfigError(f"--learner-step {mode!r}: use one of {', '.join(STEP_MODES)}")
+    if mode in GRAPH_MODES and kind != "cuda":
+        raise ConfigError(f"--learner-step {mode} needs a CUDA learner device, not {device}; use auto or eager")
     return mode
 
 
@@ -68,7 +73,7 @@ class StepRunner:
         inputs: names of the batch columns the step reads (critic: all five; actor: ``obs``).
         with_weights: also a static ``weights`` column (prioritized replay's importance weights).
         begin: called at the start of every update inside the captured region (the guard's reset).
-        mode: ``eager`` or ``cuda-graph`` (resolved; see :func:`resolve_step_mode`).
+        mode: ``eager``, ``cuda-graph`` or ``compiled-graph`` (resolved; see :func:`resolve_step_mode`).
         warmup: eager updates per variant before its capture.
     """
 
@@ -76,6 +81,11 @@ class StepRunner:
                  with_weights: bool = False, begin: Callable[[], None] | None = None, mode: str = "eager",
                  warmup: int = 3) -> None:
         self.part, self.step, self.batch_size, self.mode, self.warmup = part, step, batch_size, mode, warmup
+        if mode == "compiled-graph":
+            # compiled during the warm-up updates; dynamic=None: the host counter the step advances
+            # (part.updates) becomes symbolic after one recompile (dynamic=False recompiled on every call)
+            step = torch.compile(step)
+        self.step = step
         self.begin = begin or (lambda: None)
         spec, device = part.spec, part.device
         shapes = {"obs": (batch_size, spec.obs_dim), "action": (batch_size, spec.act_dim), "reward": (batch_size,),
@@ -87,7 +97,7 @@ class StepRunner:
         self.batch = Batch(**{f: self.inputs.get(f) for f in Batch._fields})
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, Any]] = {}
         self._eager_runs: dict[int, int] = {}
-        self._stream = torch.cuda.Stream(device) if mode == "cuda-graph" else None
+        self._stream = torch.cuda.Stream(device) if mode in GRAPH_MODES else None
         self.captures = 0
 
     def reset(self) -> None:

@@ -76,6 +76,9 @@ def _measure_point(spec: AlgoSpec, device: str, batch_size: int, budget_s: float
     cuda = device.startswith("cuda")
     sync = (lambda: torch.cuda.synchronize(device)) if cuda else None
     if cuda:
+        # the caching allocator exists only after CUDA's lazy init: before it, resetting its statistics
+        # raises "Invalid device argument" (seen on the H100 when the probe's first CUDA call was this)
+        torch.cuda.init()
         torch.cuda.reset_peak_memory_stats(device)
     # The learners as a run builds them (``auto`` step mode and device replay): on a GPU the timed
     # updates replay captured CUDA graphs on batches gathered from the device mirror, the weight

@@ -10,8 +10,16 @@ import torch
 
 from spreeze_like.checkpoint import load_latest
 
-from .helpers import (TINY_ARGS, assert_nothing_left, only_run_dir, read_status, run_cli, run_segments,
-                      start_long_run, survivors)
+from .helpers import (
+    TINY_ARGS,
+    assert_nothing_left,
+    only_run_dir,
+    run_cli,
+    run_segments,
+    start_long_run,
+    survivors,
+    wait_status,
+)
 
 GPUS = torch.cuda.device_count() if torch.cuda.is_available() else 0
 
@@ -73,7 +81,10 @@ def test_sigkilled_gpu_run_leaves_no_process_segment_or_cuda_context(tmp_path):
     captured graphs) die with it, and the next start sweeps the segments."""
     logdir, log = tmp_path / "runs", tmp_path / "killed.log"
     proc, run_dir = start_long_run(logdir, log, "--actor-device", "cuda:0", "--critic-device", "cuda:0")
-    status = read_status(run_dir)
+    # every role started (on the H100 two roles had no pid yet at 350 env steps; a None pid made the
+    # survivor check look at the test process itself)
+    status = wait_status(run_dir, lambda s: all(r.get("pid") for r in s["roles"].values()), timeout=120, proc=proc,
+                         log=log)
     children = [r["pid"] for r in status["roles"].values()]
     proc.send_signal(signal.SIGKILL)
     proc.wait(timeout=10)

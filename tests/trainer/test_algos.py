@@ -135,6 +135,30 @@ def test_state_dict_restores_the_exact_continuation(algo):
     np.testing.assert_array_equal(get_flat([a.critic]), get_flat([b.critic]))
 
 
+def test_a_cuda_generator_state_resumes_on_the_cpu_reproducibly():
+    """A GPU checkpoint's noise state (Philox, 16 bytes) cannot continue on the CPU's Mersenne Twister:
+    loading it seeds the CPU generator from it (seen failing on the H100: 'Expected a
+    CPUGeneratorImplState of size 5056'), the same way every time, and differently per saved state."""
+    state = make_critic_part(spec("sac"), "cpu").state_dict()
+    draws = []
+    for philox in (torch.arange(16, dtype=torch.uint8), torch.arange(16, dtype=torch.uint8),
+                   torch.arange(1, 17, dtype=torch.uint8)):
+        part = make_critic_part(spec("sac"), "cpu")
+        part.load_state_dict({**state, "generator": philox, "generator_device": "cuda"})
+        draws.append(torch.randn(4, generator=part.generator))
+    torch.testing.assert_close(draws[0], draws[1], rtol=0, atol=0)
+    assert not torch.equal(draws[0], draws[2])
+    # a CPU checkpoint (and one written before the device was recorded) continues its stream exactly
+    a = make_critic_part(spec("sac"), "cpu")
+    torch.randn(3, generator=a.generator)
+    saved = a.state_dict()
+    del saved["generator_device"]
+    b = make_critic_part(spec("sac"), "cpu")
+    b.load_state_dict(saved)
+    torch.testing.assert_close(torch.randn(4, generator=a.generator), torch.randn(4, generator=b.generator),
+                               rtol=0, atol=0)
+
+
 # --- bf16 mixed precision ---------------------------------------------------------------------------
 def test_precision_auto_picks_bf16_only_for_cpu_learners_with_native_bf16():
     from spreeze_like.devices import resolve_precision

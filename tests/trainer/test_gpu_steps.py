@@ -90,7 +90,14 @@ def test_learners_with_the_device_mirror_train_and_publish(device, algo):
     actor.flush()
     assert critic.batches.size == 512 and type(critic.batches).__name__ == "MirrorBatches"
     assert critic.version > 1 and actor.version > 1  # both published after their updates
-    assert critic.copy_version == actor.version or critic.copy_version == actor.version - 1
+    # the copy lags the actor's board by the asynchronous pipeline: on the CPU at most the version the
+    # actor published after the critic's last refresh; on a GPU also a publish still in flight and one
+    # folded into it (seen: 2 behind on the H100, every algorithm)
+    assert 0 <= actor.version - critic.copy_version <= (1 if device == "cpu" else 3)
+    if device != "cpu":
+        torch.cuda.synchronize(device)  # the loader's own pinned copy has landed: nothing defers the next
+    critic.refresh_copy()
+    assert critic.copy_version == actor.version  # the newest published actor reaches the copy
     snap = stats.snapshot()
     assert snap["critic-learner"]["qf1_loss.count"] == 30  # every update's metrics reached the stats, none twice
     np.testing.assert_array_equal(critic.part.critic_vector(), critic.sink._vec)  # the board holds the newest
@@ -127,7 +134,8 @@ def test_prioritized_critic_writes_priorities(device):
 
 
 # --- CUDA only ---------------------------------------------------------------------------------------
-def eager_and_graphed(algo_spec: AlgoSpec, updates: int = 12) -> dict:
+def eager_and_graphed(algo_spec: AlgoSpec, updates: int = 12, modes: tuple[str, ...] = ("eager", "cuda-graph")
+                      ) -> dict:
     """The same critic updates on the same batches, eagerly and by CUDA graph: ``{mode: (part, runner)}``."""
     g = torch.Generator(device="cuda:0").manual_seed(0)
     o, a = algo_spec.obs_dim, algo_spec.act_dim
@@ -135,7 +143,7 @@ def eager_and_graphed(algo_spec: AlgoSpec, updates: int = 12) -> dict:
                 (("obs", (64, o)), ("action", (64, a)), ("reward", (64,)), ("next_obs", (64, o)),
                  ("terminated", (64,)))} for _ in range(updates)]
     parts = {}
-    for mode in ("eager", "cuda-graph"):
+    for mode in modes:
         part = make_critic_part(algo_spec, "cuda:0")
         runner = StepRunner(part, lambda b, p=part: p.step(b)[0], 64, CRITIC_INPUTS, mode=mode, warmup=2)
         for b in batches:
@@ -158,6 +166,23 @@ def test_graph_replays_the_eager_update(algo):
         torch.testing.assert_close(a, b, rtol=tol, atol=tol)
     for a, b in zip(eager.critic_target_params, graphed.critic_target_params):
         torch.testing.assert_close(a, b, rtol=tol, atol=tol)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("algo", ["td3", "sac", "crossq"])
+def test_compiled_graph_replays_the_eager_update(algo):
+    """--learner-step compiled-graph: inductor's fused kernels inside our graph make the same updates as
+    eager PyTorch, up to the rounding that fusing changes (12 Adam steps of lr 1e-3 at most)."""
+    parts = eager_and_graphed(spec(algo), modes=("eager", "compiled-graph"))
+    eager, compiled = parts["eager"][0], parts["compiled-graph"][0]
+    assert parts["compiled-graph"][1].captures >= 1 and eager.updates == compiled.updates == 12
+    moved = 0.0
+    for a, b, first in zip(eager.published_tensors(), compiled.published_tensors(),
+                           make_critic_part(spec(algo), "cuda:0").published_tensors()):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=2e-3)
+        moved = max(moved, float((a - first).abs().max()))
+    assert moved > 5e-3  # the updates moved the weights by more than the tolerance
 
 
 @pytest.mark.gpu
