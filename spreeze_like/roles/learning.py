@@ -168,6 +168,8 @@ class LearnerRole:
         self.metrics.flush()
         self.guard.check()
         self._published(self.publisher.poll(block=True))
+        while self.publisher.in_flight:  # a request folded into that copy went out when it landed
+            self._published(self.publisher.poll(block=True))
 
     def check_finite(self) -> None:
         """Before a checkpoint: raise NonFiniteError unless every network and optimiser tensor is finite."""

@@ -50,6 +50,19 @@ def test_two_gpus_put_actor_and_critic_on_different_devices(tmp_path):
 
 
 @pytest.mark.skipif(GPUS < 1, reason="needs a CUDA device")
+@pytest.mark.parametrize("algo", ["sac", "crossq"])
+def test_compiled_graph_learners_run_and_leave_nothing(tmp_path, algo):
+    """--learner-step compiled-graph in a real run: both learners compile their steps (inductor starts
+    compile workers in the learner processes), train, checkpoint, and nothing outlives the run."""
+    proc = run_cli(*TINY_ARGS, "--algo", algo, "--total-steps", "1200", "--actor-device", "cuda:0",
+                   "--critic-device", "cuda:0", "--learner-step", "compiled-graph", "--logdir", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    payload, _ = load_latest(only_run_dir(tmp_path))
+    assert payload["critic_updates"] > 0
+    assert_nothing_left(only_run_dir(tmp_path))
+
+
+@pytest.mark.skipif(GPUS < 1, reason="needs a CUDA device")
 def test_gpu_checkpoint_resumes_on_the_cpu_and_back(tmp_path):
     """A run with both learners on the GPU (CUDA graphs, device mirror) is stopped, resumed on the CPU,
     stopped again and resumed on the GPU: counts continue, and every part loads on either device."""

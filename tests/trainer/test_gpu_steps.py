@@ -171,9 +171,14 @@ def test_graph_replays_the_eager_update(algo):
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
 @pytest.mark.parametrize("algo", ["td3", "sac", "crossq"])
-def test_compiled_graph_replays_the_eager_update(algo):
+def test_compiled_graph_replays_the_eager_update(algo, monkeypatch):
     """--learner-step compiled-graph: inductor's fused kernels inside our graph make the same updates as
     eager PyTorch, up to the rounding that fusing changes (12 Adam steps of lr 1e-3 at most)."""
+    import torch._inductor.config
+
+    # compile in this process: inductor's worker pool would outlive the test (in a run the supervisor
+    # kills it with the learner's tagged processes, procs/descendants.py)
+    monkeypatch.setattr(torch._inductor.config, "compile_threads", 1)
     parts = eager_and_graphed(spec(algo), modes=("eager", "compiled-graph"))
     eager, compiled = parts["eager"][0], parts["compiled-graph"][0]
     assert parts["compiled-graph"][1].captures >= 1 and eager.updates == compiled.updates == 12
@@ -181,7 +186,7 @@ def test_compiled_graph_replays_the_eager_update(algo):
     for a, b, first in zip(eager.published_tensors(), compiled.published_tensors(),
                            make_critic_part(spec(algo), "cuda:0").published_tensors()):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=2e-3)
-        moved = max(moved, float((a - first).abs().max()))
+        moved = max(moved, float((a - first).detach().abs().max()))
     assert moved > 5e-3  # the updates moved the weights by more than the tolerance
 
 
