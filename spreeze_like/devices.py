@@ -8,8 +8,9 @@ user who asked for a GPU and silently got the CPU would only find out from a slo
 ``precision auto`` picks bfloat16 mixed precision only where it is known to pay: CPU learners on a
 CPU with native bf16 dot products (x86 ``avx512_bf16`` or AMX). There a 256-wide SAC critic update
 runs about 1.9x faster than in fp32 (BENCHMARKS.md, "Mixed precision"); on CPUs without them bf16
-is not known to pay (not measured: no such CPU here), and small MLPs on a GPU are expected to be bound by
-kernel launches rather than arithmetic (not measured: no GPU here), so both keep fp32 unless asked.
+is not known to pay (not measured: no such CPU here). On a GPU, fp32 learners use TF32 matmuls
+(algos/base.py: the batch-65536 critic step 1.5x faster on an H100); bf16 there is not measured,
+so both keep fp32 unless asked.
 
 The GPU count comes from :func:`cuda_device_count`, one function, so tests can mock it.
 """

@@ -18,10 +18,13 @@ batch). ``run()`` then performs one update of the half on that batch:
   tensors that the caller reads asynchronously (``roles/learning.py``).
 
 Why graphs: a 256x256 SAC update is dozens of small kernels, each with microseconds of CPU launch
-cost (an estimate, not measured here), so at batch 256 the GPU would wait on Python. A replay
-launches them all from one call. ``torch.compile(mode="reduce-overhead")`` does the same through
-inductor; ``tools/bench_gpu.py --sections steps`` times both, but no GPU has run it yet, so the
-default (our graphs) is a decision, not a measurement.
+cost, so at batch 256 the GPU would wait on Python. A replay launches them all from one call.
+Measured on an H100 (``tools/bench_gpu.py --sections steps``, batch 256, SAC critic step):
+eager 279-299 updates/s, ``torch.compile(mode="reduce-overhead")`` 405-510 (its graph trees break
+at the generator draws, ``backward()`` and the optimiser), ``cuda-graph`` 2,787-2,804,
+``compiled-graph`` 3,784-3,792. ``auto`` keeps ``cuda-graph``: ``compiled-graph`` costs about 10 s
+of compiling per learner, and no full run with it has yet been seen to finish on a GPU
+(docs/gpu.md).
 
 Variants: a step whose Python control flow depends on a host counter (TD3/DDPG move their targets
 every ``policy_delay`` updates) gets one graph per value of ``part.step_variant()``; each graph has
