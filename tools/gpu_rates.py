@@ -97,6 +97,8 @@ def step_modes(device: str, batch: int, seconds: float, modes: tuple[str, ...], 
             if mode == "compile":
                 for _ in range(3):  # the optimiser's state exists before tracing (as our graph's warm-up does)
                     part.step(runner.batch)
+                for optimizer in part.optimizers.values():  # not traced, as in compiled-graph (algos/graphed.py)
+                    optimizer.step = torch.compiler.disable(optimizer.step)
                 compiled = torch.compile(lambda: part.step(runner.batch)[0], mode="reduce-overhead")
 
                 def call() -> None:

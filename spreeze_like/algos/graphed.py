@@ -47,6 +47,7 @@ import torch
 
 from spreeze_like.algos.base import Batch
 from spreeze_like.errors import ConfigError
+from spreeze_like.replay.device_replay import column_view, packed_layout
 
 STEP_MODES = ("auto", "eager", "cuda-graph", "compiled-graph")
 GRAPH_MODES = ("cuda-graph", "compiled-graph")
@@ -85,18 +86,27 @@ class StepRunner:
                  warmup: int = 3) -> None:
         self.part, self.step, self.batch_size, self.mode, self.warmup = part, step, batch_size, mode, warmup
         if mode == "compiled-graph":
+            # The optimisers' steps are never traced: their lazily created state and the fused kernel's
+            # in-place updates trip inductor's functionalization ("mutating a non-functional tensor",
+            # torch 2.13); they run eagerly, one fused kernel per group either way. Wrapped here, per
+            # instance, not with a decorator on the class: that would import torch._dynamo (1+ s of CPU)
+            # in every learner, compiled or not (tests/trainer/test_optim.py).
+            for optimizer in part.optimizers.values():
+                optimizer.step = torch.compiler.disable(optimizer.step)
             # compiled during the warm-up updates; dynamic=None: the host counter the step advances
             # (part.updates) becomes symbolic after one recompile (dynamic=False recompiled on every call)
             step = torch.compile(step)
         self.step = step
         self.begin = begin or (lambda: None)
         spec, device = part.spec, part.device
-        shapes = {"obs": (batch_size, spec.obs_dim), "action": (batch_size, spec.act_dim), "reward": (batch_size,),
-                  "next_obs": (batch_size, spec.obs_dim), "terminated": (batch_size,)}
-        names = list(inputs) + (["weights"] if with_weights else [])
-        self.inputs: dict[str, torch.Tensor] = {
-            n: torch.zeros(shapes.get(n, (batch_size,)), dtype=torch.float32, device=device) for n in names
-        }
+        # the replay columns as views of one packed [batch, width] tensor, in the layout of a device
+        # mirror of the same columns: a batch is then one gather (DeviceReplay.gather_packed)
+        self.layout = packed_layout(tuple(inputs), spec.obs_dim, spec.act_dim)
+        self.packed = torch.zeros((batch_size, sum(w for _, _, w in self.layout)), dtype=torch.float32,
+                                  device=device)
+        self.inputs: dict[str, torch.Tensor] = {n: column_view(self.packed, n, a, w) for n, a, w in self.layout}
+        if with_weights:
+            self.inputs["weights"] = torch.zeros(batch_size, dtype=torch.float32, device=device)
         self.batch = Batch(**{f: self.inputs.get(f) for f in Batch._fields})
         self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, Any]] = {}
         self._eager_runs: dict[int, int] = {}

@@ -95,10 +95,6 @@ class FusedAdam:
             self.state[p] = state
         return state
 
-    # Never traced: the lazily created state and the fused kernel's in-place updates trip inductor's
-    # functionalization ("mutating a non-functional tensor", torch 2.13); a compiled step (algos/
-    # graphed.py, compiled-graph) calls this eagerly, one fused kernel per group either way.
-    @torch.compiler.disable
     @torch.no_grad()
     def step(self) -> None:
         for hook in self._pre_hooks:

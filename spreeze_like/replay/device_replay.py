@@ -26,6 +26,12 @@ A mirror object itself is for one thread (the learner's): sync and sampling are 
 Stream order: copies are enqueued on the device's current stream; gathers issued later on that
 stream see them. The column tensors are allocated once and only written in place, so CUDA graphs
 that read them stay valid.
+
+Layout: the columns are views of one packed ``[capacity, width]`` tensor (a row holds every mirrored
+column, in ``columns`` order), so a synced run of rows is one host-to-device copy and a batch is one
+``index_select`` into a packed static batch of the same layout (:meth:`gather_packed`). On the H100
+the five per-column gathers and their launch overhead were the largest host cost of an update
+after the graph launch itself (tools/profile_critic_update.py, BENCHMARKS.md).
 """
 
 from __future__ import annotations
@@ -118,6 +124,21 @@ def _contiguous_runs(first_slot: int, n: int, capacity: int, skip: np.ndarray) -
     return runs
 
 
+def packed_layout(columns: tuple[str, ...], obs_dim: int, act_dim: int) -> tuple[tuple[str, int, int], ...]:
+    """(column, first float, width) of each column in a packed row, in ``columns`` order."""
+    layout, offset = [], 0
+    for name in columns:
+        width = _column_width(name, obs_dim, act_dim)
+        layout.append((name, offset, width))
+        offset += width
+    return tuple(layout)
+
+
+def column_view(packed: torch.Tensor, name: str, first: int, width: int) -> torch.Tensor:
+    """A column of a packed ``[rows, width]`` tensor: ``[rows, width]``, or ``[rows]`` for reward/terminated."""
+    return packed[:, first] if name in ("reward", "terminated") else packed[:, first : first + width]
+
+
 class DeviceReplay:
     """The replay columns ``columns`` of a storage, mirrored slot for slot on ``device``.
 
@@ -153,12 +174,12 @@ class DeviceReplay:
         self.seen = 0
         self.torn_rows = 0  # rows found torn (being rewritten) while syncing, re-read or skipped
         self.skipped_rows = 0  # of those, rows still torn after the re-read: their slot kept older content
-        self._data: dict[str, torch.Tensor] = {}
-        for name in self.columns:
-            width = _column_width(name, self.obs_dim, self.act_dim)
-            shape = (self.capacity,) if name in ("reward", "terminated") else (self.capacity, width)
-            self._data[name] = torch.zeros(shape, dtype=torch.float32, device=self.device)
-        self._row_bytes = 4 * sum(_column_width(c, self.obs_dim, self.act_dim) for c in self.columns)
+        self.layout = packed_layout(self.columns, self.obs_dim, self.act_dim)
+        self.width = sum(w for _, _, w in self.layout)
+        self._packed = torch.zeros((self.capacity, self.width), dtype=torch.float32, device=self.device)
+        self._data: dict[str, torch.Tensor] = {name: column_view(self._packed, name, a, w)
+                                               for name, a, w in self.layout}
+        self._row_bytes = 4 * self.width
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(int(seed))
         self._rows_staging = _HostStaging(self.device, self.chunk_rows * self._row_bytes)
@@ -204,21 +225,15 @@ class DeviceReplay:
             torn = self._reread_torn(storage, sources, slots, rows, torn)
             self.skipped_rows += int(torn.size)
         runs = _contiguous_runs(first_slot, n, self.capacity, torn)
-        if self.device.type == "cpu":
-            for name, host in zip(self.columns, rows):
-                src = torch.from_numpy(host)
-                for a, b, slot in runs:
-                    self._data[name][slot : slot + b - a].copy_(src[a:b])
-        else:
-            staging = self._rows_staging.take(n * self._row_bytes)
-            offset = 0
-            for name, host in zip(self.columns, rows):
-                region = staging[offset : offset + host.nbytes].view(torch.float32).view(host.shape)
-                region.numpy()[...] = host
-                offset += host.nbytes
-                for a, b, slot in runs:
-                    self._data[name][slot : slot + b - a].copy_(region[a:b], non_blocking=True)
-            self._rows_staging.copies_enqueued()
+        # the rows packed as the device holds them, then one copy per contiguous run of slots
+        staged = self._rows_staging.take(n * self._row_bytes).view(torch.float32).view(n, self.width)
+        packed_rows = staged.numpy()
+        for (_, first, width), host in zip(self.layout, rows):
+            packed_rows[:, first : first + width] = host.reshape(n, width)
+        cuda = self.device.type == "cuda"
+        for a, b, slot in runs:
+            self._packed[slot : slot + b - a].copy_(staged[a:b], non_blocking=cuda)
+        self._rows_staging.copies_enqueued()
         return sum(b - a for a, b, _ in runs)
 
     def _reread_torn(
@@ -314,6 +329,10 @@ class DeviceReplay:
         for name, column in self._data.items():
             if name in out:
                 torch.index_select(column, 0, indices, out=out[name])
+
+    def gather_packed(self, indices: torch.Tensor, out: torch.Tensor) -> None:
+        """Write the packed rows at ``indices`` into ``out`` ([B, width], this mirror's layout): one gather."""
+        torch.index_select(self._packed, 0, indices, out=out)
 
     def gather(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:
         """Fresh tensors of the rows at ``indices``, one per mirrored column."""

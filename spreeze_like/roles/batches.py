@@ -93,10 +93,16 @@ class MirrorBatches:
             slots, weights, generations = self.sampler.sample_slots(runner.batch_size)
             indices, dev_weights = self.mirror.upload_indices(slots, weights)
             runner.inputs["weights"].copy_(dev_weights)
-            self.mirror.gather_into(indices, runner.inputs)
+            self._gather(indices, runner)
             return Drawn(None, slots, generations)
-        self.mirror.gather_into(self.mirror.sample_uniform(runner.batch_size), runner.inputs)
+        self._gather(self.mirror.sample_uniform(runner.batch_size), runner)
         return Drawn(None, None, None)
+
+    def _gather(self, indices: torch.Tensor, runner: Any) -> None:
+        if runner.layout == self.mirror.layout:  # the same packed rows: one gather for every column
+            self.mirror.gather_packed(indices, runner.packed)
+        else:
+            self.mirror.gather_into(indices, runner.inputs)
 
 
 class PendingPriorities:

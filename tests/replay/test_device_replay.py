@@ -109,6 +109,13 @@ def test_gather_returns_host_rows_and_upload_round_trips(device):
         np.testing.assert_array_equal(got[name].cpu().numpy(), getattr(host, name), err_msg=name)
         np.testing.assert_array_equal(out[name].cpu().numpy(), getattr(host, name), err_msg=name)
     assert out["reward"].shape == (slots.size,)
+    # one gather of packed rows into a packed batch of the same layout gives the same columns
+    packed = torch.full((slots.size, mirror.width), -1.0, device=mirror.device)
+    mirror.gather_packed(indices, packed)
+    for name, first, width in mirror.layout:
+        column = packed[:, first] if name in ("reward", "terminated") else packed[:, first : first + width]
+        np.testing.assert_array_equal(column.cpu().numpy(), getattr(host, name), err_msg=name)
+    assert mirror.width == 2 * OBS + ACT + 2
     only, none = mirror.upload_indices(np.arange(3))  # no weights: uniform use of the same path
     assert none is None and only.tolist() == [0, 1, 2]
     # Reused staging buffers: later uploads do not change tensors an earlier call returned.
