@@ -372,8 +372,8 @@ class TrainConfig:
         precision = resolve_precision(self.precision, (actor_device, critic_device))
         if self.learner_step in ("cuda-graph", "compiled-graph") and not all(
                 d.startswith("cuda") for d in (actor_device, critic_device)):
-            raise ConfigError(f"--learner-step {self.learner_step} needs both learners on CUDA (actor {actor_device}, critic "
-                              f"{critic_device}); use --learner-step auto or eager")
+            raise ConfigError(f"--learner-step {self.learner_step} needs both learners on CUDA (actor "
+                              f"{actor_device}, critic {critic_device}); use --learner-step auto or eager")
         delay = self.policy_delay or default_policy_delay(self.algo)
         actor_lr = auto_actor_lr(self.env, self.algo, self.presets) if self.actor_lr is None else self.actor_lr
         return dataclasses.replace(

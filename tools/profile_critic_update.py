@@ -29,9 +29,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--top", type=int, default=30)
     args = parser.parse_args(argv)
     import torch
-    from torch.profiler import ProfilerActivity, profile
-
     from gpu_rates import _sync, make_critic, random_storage
+    from torch.profiler import ProfilerActivity, profile
 
     torch.set_num_threads(1)
     critic = make_critic(args.device, args.batch, random_storage(args.rows), step_mode=args.step_mode)
