@@ -9,8 +9,9 @@ Sections (each records what it ran; a section that fails records its error and t
 * ``env``: device name, torch version, cores, load average before and after.
 * ``tests``: ``pytest -m gpu`` (the GPU tests: learners on CUDA, dual, resume of a GPU checkpoint on
   the CPU and back, NaN guard, no leaks after kill -9); on the CPU they skip, and the section says so.
-* ``steps``: one critic step, eager vs our CUDA-graph runner vs ``torch.compile(reduce-overhead)``
-  (tools/gpu_rates.py) -- the measurement behind ``--learner-step auto``.
+* ``steps``: one critic step, eager vs our CUDA-graph runner vs the inductor-compiled step inside our
+  graph (``compiled-graph``) vs ``torch.compile(reduce-overhead)`` (tools/gpu_rates.py) -- the
+  measurement behind ``--learner-step auto``.
 * ``critic``: ``CriticLearner.update()`` frames/s at batch 256 ... 65536 (HalfCheetah sizes, SAC
   256x256), with the device replay mirror, and at batch 256 without it.
 * ``peer``: the in-run peer, an eager single-process SAC written from the algorithm
@@ -146,6 +147,8 @@ def _table(results: dict) -> str:
     for key, r in results.get("critic", {}).items():
         if key != "best" and isinstance(r, dict) and "updates_per_s" in r:
             row("critic", f"{key} updates/s | frames/s", f"{r['updates_per_s']:,.0f} | {r['frames_per_s']:,.0f}")
+        elif isinstance(r, dict) and "error" in r:
+            row("critic", f"{key} error", r["error"][:200])
     if "best" in results.get("critic", {}):
         row("critic", f"best frames/s ({results['critic']['best']['key']})", results["critic"]["best"]["frames_per_s"])
     peer = results.get("peer", {})
