@@ -9,7 +9,8 @@ user who asked for a GPU and silently got the CPU would only find out from a slo
 CPU with native bf16 dot products (x86 ``avx512_bf16`` or AMX). There a 256-wide SAC critic update
 runs about 1.9x faster than in fp32 (BENCHMARKS.md, "Mixed precision"); on CPUs without them bf16
 is not known to pay (not measured: no such CPU here). On a GPU, fp32 learners use TF32 matmuls
-(algos/base.py: the batch-65536 critic step 1.5x faster on an H100); bf16 there is not measured,
+(algos/base.py: the batch-65536 critic step 259 -> 389 updates/s across two calls on an H100, not
+an A/B in one run); bf16 there is not measured,
 so both keep fp32 unless asked.
 
 The GPU count comes from :func:`cuda_device_count`, one function, so tests can mock it.

@@ -9,8 +9,9 @@ The order, first match wins::
 every name passed as ``explicit`` or as a keyword override, as ``python``. :func:`lay_presets` then
 fills each field nobody set (or set to ``auto``, i.e. None) from the env's preset, labelled
 ``preset:<file>#<table>`` (the algorithm itself, when nobody chose it, from ``algos.toml``); the
-fields still unnamed are ``default``. With ``--autotune`` the planned fields become ``autotune`` (:func:`mark_planned`): the plan changes only fields that are
-neither the user's nor a preset's, since the autotuner keeps every field it is told is set.
+fields still unnamed are ``default``. With ``--autotune`` the planned fields become ``autotune``
+(:func:`mark_planned`): the plan changes only fields that are neither the user's nor a preset's,
+since the autotuner keeps every field it is told is set.
 
 A resumed run keeps its saved values: every field in its config.json is ``resume`` (with the source
 it had then, e.g. ``resume (preset:sac.toml#Pendulum-v1)``), so a preset reaches only fields that
@@ -74,7 +75,8 @@ def lay_presets(config: TrainConfig, sources: Mapping[str, str]) -> tuple[TrainC
     if "algo" not in sources:  # nobody chose: the env's algorithm (presets/algos.toml), which picks the preset file
         algo, label = default_algo(config.env)
         if algo not in ALGOS:
-            raise ConfigError(f"preset file {ALGO_FILE}: algo {algo!r} for {config.env} is not one of {', '.join(ALGOS)}")
+            raise ConfigError(f"preset file {ALGO_FILE}: algo {algo!r} for {config.env} is not one of "
+                              f"{', '.join(ALGOS)}")
         if algo != config.algo:
             config = dataclasses.replace(config, algo=algo)
             laid["algo"] = label

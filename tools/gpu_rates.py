@@ -79,7 +79,7 @@ def step_modes(device: str, batch: int, seconds: float, modes: tuple[str, ...], 
     import torch
 
     from spreeze_like.algos import make_critic_part
-    from spreeze_like.algos.graphed import CRITIC_INPUTS, StepRunner
+    from spreeze_like.algos.graphed import CRITIC_INPUTS, StepRunner, untraced_optimizers
     from spreeze_like.roles.nonfinite import NonFiniteGuard
     from spreeze_like.roles.ports import LocalStatsBlock
 
@@ -97,8 +97,7 @@ def step_modes(device: str, batch: int, seconds: float, modes: tuple[str, ...], 
             if mode == "compile":
                 for _ in range(3):  # the optimiser's state exists before tracing (as our graph's warm-up does)
                     part.step(runner.batch)
-                for optimizer in part.optimizers.values():  # not traced, as in compiled-graph (algos/graphed.py)
-                    optimizer.step = torch.compiler.disable(optimizer.step)
+                untraced_optimizers(part)  # as compiled-graph does
                 compiled = torch.compile(lambda: part.step(runner.batch)[0], mode="reduce-overhead")
 
                 def call() -> None:

@@ -14,7 +14,7 @@
 # leak checks are per process; the kill -9 test runs alone after them, since a killed run's
 # segments would be seen by a neighbouring worker's check until the next start sweeps them).
 # Seen on the H100 (2026-11-26): setup 10 s, the bench ~150 s (four inductor compiles included),
-# the tests: 100 s were not enough on 8 workers once the real compiled-graph runs joined (220 s here; every limit together 570 s).
+# the tests: 100 s were not enough on 8 workers once the real compiled-graph runs joined (220 s here; the limits add up to 560 s, plus the install).
 #
 # Not in this script (too long for one 15-minute lease beside it): learning against SB3 and SBX on
 # the GPU, in a call of its own, e.g.

@@ -22,9 +22,9 @@ cost, so at batch 256 the GPU would wait on Python. A replay launches them all f
 Measured on an H100 (``tools/bench_gpu.py --sections steps``, batch 256, SAC critic step):
 eager 279-299 updates/s, ``torch.compile(mode="reduce-overhead")`` 405-510 (its graph trees break
 at the generator draws, ``backward()`` and the optimiser), ``cuda-graph`` 2,787-2,804,
-``compiled-graph`` 3,784-3,792. ``auto`` keeps ``cuda-graph``: ``compiled-graph`` costs about 10 s
-of compiling per learner, and no full run with it has yet been seen to finish on a GPU
-(docs/gpu.md).
+``compiled-graph`` 3,784-3,792. ``auto`` keeps ``cuda-graph``: ``compiled-graph`` compiles first (11.3 s
+for the first step of a process, cold cache), and no full run with it has yet been seen to finish
+on a GPU (docs/gpu.md).
 
 Variants: a step whose Python control flow depends on a host counter (TD3/DDPG move their targets
 every ``policy_delay`` updates) gets one graph per value of ``part.step_variant()``; each graph has
@@ -67,6 +67,18 @@ def resolve_step_mode(mode: str, device: str | torch.device) -> str:
     return mode
 
 
+def untraced_optimizers(part: Any) -> None:
+    """Keep ``torch.compile`` out of the half's optimiser steps (they run eagerly inside a compiled step).
+
+    Their lazily created state and the fused kernel's in-place updates trip inductor's
+    functionalization ("mutating a non-functional tensor", torch 2.13); eagerly they are one fused
+    kernel per group either way. Wrapped per instance, not with a decorator on the class: that would
+    import torch._dynamo (1+ s of CPU) in every learner, compiled or not (tests/trainer/test_optim.py).
+    """
+    for optimizer in part.optimizers.values():
+        optimizer.step = torch.compiler.disable(optimizer.step)
+
+
 class StepRunner:
     """Runs one half's update on a static batch; see the module docstring.
 
@@ -84,15 +96,9 @@ class StepRunner:
     def __init__(self, part: Any, step: Callable[[Batch], Any], batch_size: int, inputs: Sequence[str],
                  with_weights: bool = False, begin: Callable[[], None] | None = None, mode: str = "eager",
                  warmup: int = 3) -> None:
-        self.part, self.step, self.batch_size, self.mode, self.warmup = part, step, batch_size, mode, warmup
+        self.part, self.batch_size, self.mode, self.warmup = part, batch_size, mode, warmup
         if mode == "compiled-graph":
-            # The optimisers' steps are never traced: their lazily created state and the fused kernel's
-            # in-place updates trip inductor's functionalization ("mutating a non-functional tensor",
-            # torch 2.13); they run eagerly, one fused kernel per group either way. Wrapped here, per
-            # instance, not with a decorator on the class: that would import torch._dynamo (1+ s of CPU)
-            # in every learner, compiled or not (tests/trainer/test_optim.py).
-            for optimizer in part.optimizers.values():
-                optimizer.step = torch.compiler.disable(optimizer.step)
+            untraced_optimizers(part)
             # compiled during the warm-up updates; dynamic=None: the host counter the step advances
             # (part.updates) becomes symbolic after one recompile (dynamic=False recompiled on every call)
             step = torch.compile(step)

@@ -332,6 +332,8 @@ class DeviceReplay:
 
     def gather_packed(self, indices: torch.Tensor, out: torch.Tensor) -> None:
         """Write the packed rows at ``indices`` into ``out`` ([B, width], this mirror's layout): one gather."""
+        if tuple(out.shape) != (indices.numel(), self.width):  # index_select would resize ``out`` silently
+            raise ValueError(f"out has shape {tuple(out.shape)}, not ({indices.numel()}, {self.width})")
         torch.index_select(self._packed, 0, indices, out=out)
 
     def gather(self, indices: torch.Tensor) -> dict[str, torch.Tensor]:

@@ -93,16 +93,11 @@ class MirrorBatches:
             slots, weights, generations = self.sampler.sample_slots(runner.batch_size)
             indices, dev_weights = self.mirror.upload_indices(slots, weights)
             runner.inputs["weights"].copy_(dev_weights)
-            self._gather(indices, runner)
-            return Drawn(None, slots, generations)
-        self._gather(self.mirror.sample_uniform(runner.batch_size), runner)
-        return Drawn(None, None, None)
-
-    def _gather(self, indices: torch.Tensor, runner: Any) -> None:
-        if runner.layout == self.mirror.layout:  # the same packed rows: one gather for every column
             self.mirror.gather_packed(indices, runner.packed)
-        else:
-            self.mirror.gather_into(indices, runner.inputs)
+            return Drawn(None, slots, generations)
+        # the runner's static batch has the mirror's packed layout (both from the learner's INPUTS)
+        self.mirror.gather_packed(self.mirror.sample_uniform(runner.batch_size), runner.packed)
+        return Drawn(None, None, None)
 
 
 class PendingPriorities:

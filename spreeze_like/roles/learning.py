@@ -167,8 +167,7 @@ class LearnerRole:
         """
         self.metrics.flush()
         self.guard.check()
-        self._published(self.publisher.poll(block=True))
-        while self.publisher.in_flight:  # a request folded into that copy went out when it landed
+        while self.publisher.in_flight:  # a request folded into a landing copy goes out when it lands
             self._published(self.publisher.poll(block=True))
 
     def check_finite(self) -> None:
