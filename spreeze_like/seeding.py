@@ -6,6 +6,8 @@ learner's sampling noise, network initialisation, the replay samplers) gets its 
 other roles exist or in which process they run, which is what makes the serial mode reproducible
 and lets the parallel mode give every process the same seeds the serial mode would.
 ``generation`` counts resumes, so a resumed run does not replay the first run's episodes.
+One exception: the first reset of the first generation's envs follows gymnasium's ``seed + i``
+(:func:`env_seed`), so that a peer run with the same seed starts from the same states.
 """
 
 from __future__ import annotations
@@ -20,6 +22,21 @@ def derive_seed(run_seed: int, role: str, index: int = 0, generation: int = 0) -
     """A 31-bit seed for one stream; stable across Python versions (no ``hash()``)."""
     words = [run_seed & 0xFFFFFFFF, zlib.crc32(role.encode()), index, generation]
     return int(np.random.SeedSequence(words).generate_state(1)[0] & 0x7FFFFFFF)
+
+
+def env_seed(run_seed: int, env_index: int, generation: int = 0) -> int:
+    """The seed of an env's first reset: env ``env_index`` (global over the run's samplers) of a run.
+
+    The first generation follows gymnasium's vector-env convention, which SB3, SBX and CleanRL use
+    too: env ``i`` of a run seeded ``s`` is reset first with ``s + i``, later resets continue the env's
+    own RNG. A run and a peer's run with the same seed therefore play episodes from the same initial
+    states, which makes a per-seed comparison a paired one (on Pendulum-v1 the initial states are the
+    largest source of spread in the training return). A resumed generation takes a derived seed, so
+    it does not replay the first generation's episodes.
+    """
+    if generation == 0:
+        return (run_seed + env_index) & 0x7FFFFFFF
+    return derive_seed(run_seed, "env", env_index, generation)
 
 
 def seed_process(run_seed: int, role: str, index: int = 0) -> None:

@@ -19,8 +19,9 @@ The rules that make the data right:
   run that one line ends the run (exit status 2) instead of a loop of restarts.
 * A transition with a NaN or inf anywhere is dropped and counted; its env is reset, because an env
   that produced a NaN state cannot be trusted to continue the episode.
-* Seeds: env ``j`` of sampler ``i`` is reset first with ``derive_seed(seed, "env", global index j,
-  generation)``; later resets continue the env's own RNG. Policy noise and warm-up actions use
+* Seeds: env ``j`` of sampler ``i`` is reset first with ``seeding.env_seed(seed, global index,
+  generation)`` (``seed + index`` in a run's first generation, gymnasium's convention, so a peer
+  run with the same seed starts from the same states); later resets continue the env's own RNG. Policy noise and warm-up actions use
   this sampler's own generators, which are part of its checkpointed state.
 
 Policy inference is a :class:`~spreeze_like.algos.numpy_policy.NumpyPolicy` over the published
@@ -38,7 +39,7 @@ from spreeze_like.algos.numpy_policy import NumpyPolicy
 from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.envs import make_env, obs_vector, reset_env
 from spreeze_like.roles.ports import StatsWriter, TransitionSink, WeightsSource, observe
-from spreeze_like.seeding import derive_seed
+from spreeze_like.seeding import derive_seed, env_seed
 from spreeze_like.transition import TransitionLayout, finite_rows
 
 
@@ -83,7 +84,7 @@ class SamplerWorker:
         self.episodes = 0
         self.obs = np.stack(
             [
-                reset_env(env, env_id, seed=derive_seed(spec.seed, "env", index * n_envs + j, generation))
+                reset_env(env, env_id, seed=env_seed(spec.seed, index * n_envs + j, generation))
                 for j, env in enumerate(self.envs)
             ]
         )

@@ -154,3 +154,23 @@ def test_finding11_evaluator_refuses_a_wrong_observation_shape():
         assert stats.get("evaluations") == 0
     finally:
         evaluator.close()
+
+
+def test_env_seeds_follow_gymnasium_vector_convention():
+    """Env i of a run seeded s starts with reset(seed=s + i), as gymnasium's vector envs (and so SB3, SBX,
+    CleanRL) do: a peer run with the same seed plays episodes from the same initial states. Pendulum's
+    initial state is random, so a wrong seed gives a different first observation."""
+    import gymnasium as gym
+
+    spec = AlgoSpec(algo="sac", obs_dim=3, act_dim=1, hidden_sizes=(8,), seed=7)
+    sink, board, stats = ListSink(), LocalBoard(), LocalStatsBlock(stats_schema(2))
+    worker = SamplerWorker("Pendulum-v1", spec, 1, 2, 10**9, sink, board, stats.role("sampler-1"))
+    for j in range(2):
+        expected, _ = gym.make("Pendulum-v1").reset(seed=7 + 2 + j)  # sampler 1 holds global envs 2 and 3
+        np.testing.assert_array_equal(worker.obs[j], expected.astype(np.float32))
+    # a resumed generation takes other seeds, so it does not replay the first generation's episodes
+    resumed = SamplerWorker("Pendulum-v1", spec, 1, 2, 10**9, ListSink(), LocalBoard(),
+                            LocalStatsBlock(stats_schema(2)).role("sampler-1"), generation=1)
+    assert not np.array_equal(resumed.obs, worker.obs)
+    worker.close()
+    resumed.close()
