@@ -31,8 +31,9 @@ def env_seed(run_seed: int, env_index: int, generation: int = 0) -> int:
     too: env ``i`` of a run seeded ``s`` is reset first with ``s + i``, later resets continue the env's
     own RNG. A run and a peer's run with the same seed therefore play episodes from the same initial
     states, which makes a per-seed comparison a paired one (on Pendulum-v1 the initial states are the
-    largest source of spread in the training return). A resumed generation takes a derived seed, so
-    it does not replay the first generation's episodes.
+    largest source of spread in the training return). The convention's known cost, kept for that:
+    with several envs, runs seeded ``s`` and ``s + 1`` share all but one env's episodes. A resumed
+    generation takes a derived seed, so it does not replay the first generation's episodes.
     """
     if generation == 0:
         return (run_seed + env_index) & 0x7FFFFFFF

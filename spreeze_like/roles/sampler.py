@@ -21,8 +21,9 @@ The rules that make the data right:
   that produced a NaN state cannot be trusted to continue the episode.
 * Seeds: env ``j`` of sampler ``i`` is reset first with ``seeding.env_seed(seed, global index,
   generation)`` (``seed + index`` in a run's first generation, gymnasium's convention, so a peer
-  run with the same seed starts from the same states); later resets continue the env's own RNG. Policy noise and warm-up actions use
-  this sampler's own generators, which are part of its checkpointed state.
+  run with the same seed starts from the same states); later resets continue the env's own RNG.
+  Policy noise and warm-up actions use this sampler's own generators, which are part of its
+  checkpointed state.
 
 Policy inference is a :class:`~spreeze_like.algos.numpy_policy.NumpyPolicy` over the published
 actor vector: a sampler process never imports torch (see that module for why).

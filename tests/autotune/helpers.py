@@ -25,7 +25,7 @@ def seed_cache(xdg: Path, fixture: Path = REAL, env_id: str = "Pendulum-v1",
                hidden: tuple[int, ...] | None = None) -> Path:
     """Put ``fixture`` where this machine's cache file for ``env_id`` (SAC, ``hidden``) would be.
 
-    ``hidden`` None: the hidden sizes a default run on ``env_id`` gets from its preset (Pendulum-v1: 64 x 64).
+    ``hidden`` None: the hidden sizes a default run on ``env_id`` gets from its preset (Pendulum-v1: 96 x 96).
     """
     from spreeze_like.autotune import hardware
     from spreeze_like.autotune.cache import cache_path
