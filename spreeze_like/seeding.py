@@ -40,6 +40,12 @@ def env_seed(run_seed: int, env_index: int, generation: int = 0) -> int:
     return derive_seed(run_seed, "env", env_index, generation)
 
 
+def eval_seed(run_seed: int, env_index: int) -> int:
+    """The seed every evaluation resets evaluator env ``env_index`` with: the same start states each
+    time, so the eval curve moves only with the policy. The benchmark's peers evaluate from these too."""
+    return derive_seed(run_seed, "evaluator", env_index)
+
+
 def seed_process(run_seed: int, role: str, index: int = 0) -> None:
     """Seed the process-global generators (python, numpy, torch) for one role's process.
 

@@ -25,10 +25,10 @@ insists on that; the platform JAX used is read after the run and reported. SBX's
 torch side: its replay buffer) stays ``cpu``, where SBX puts that buffer anyway.
 
 **Evaluations and clock.** A callback runs ``--eval-episodes`` deterministic episodes every
-``--eval-every`` env steps on a separate (unrecorded) env, from our evaluator's start seeds; the time they take is subtracted from the
-peer's clock (in the peer's favour). The clock starts just before the model's constructor: the child's
-interpreter start and imports come before it (in the peer's favour); JAX's backend start and SBX's JIT
-compilation are inside it.
+``--eval-every`` env steps on a separate (unrecorded) env, from our evaluator's start seeds; the time
+they take is subtracted from the peer's clock (in the peer's favour). The clock starts just before the
+model's constructor: the child's interpreter start and imports come before it (in the peer's favour);
+JAX's backend start and SBX's JIT compilation are inside it.
 
 **Paired seeds.** SB3 and SBX reset their one training env first with the seed (``s + i`` for env ``i``,
 gymnasium's vector-env convention), and so do we (``spreeze_like.seeding.env_seed``): seed ``s``
@@ -53,7 +53,7 @@ import gymnasium as gym
 from peers_record import EPISODE_DIR_VAR, RECORDED_ID, RunRecord, both_reached, train_curve
 
 from spreeze_like.errors import ConfigError
-from spreeze_like.seeding import derive_seed
+from spreeze_like.seeding import eval_seed
 
 
 @dataclass(frozen=True)
@@ -242,11 +242,10 @@ def train_peer(args: argparse.Namespace, peer: Peer, seed: int, folder: Path) ->
 
 def evaluate(model, env: gym.Env, episodes: int, seed: int) -> float:
     """Mean return of deterministic episodes from fixed start seeds, the same ones every time and the same
-    as our evaluator's (its env ``i`` resets with ``derive_seed(seed, "evaluator", i)``): both sides are
-    evaluated from the same initial states."""
+    as our evaluator's (``seeding.eval_seed``): both sides are evaluated from the same initial states."""
     returns = []
     for i in range(episodes):
-        obs, _ = env.reset(seed=derive_seed(seed, "evaluator", i))
+        obs, _ = env.reset(seed=eval_seed(seed, i))
         done, total = False, 0.0
         while not done:
             action, _ = model.predict(obs, deterministic=True)

@@ -3,8 +3,8 @@
 An :class:`Evaluator` owns ``episodes`` envs of its own (never a sampler's), loads the newest actor
 vector from its weights source, and runs one episode per env with the deterministic action
 (``tanh(mean)`` for SAC, the plain policy for TD3/DDPG), all envs batched through one policy
-forward per step. Env ``i`` starts every evaluation from the same seed, ``derive_seed(seed,
-"evaluator", i)``, so successive evaluations differ only by the policy and the curve is not noise
+forward per step. Env ``i`` starts every evaluation from the same seed, ``seeding.eval_seed(seed,
+i)``, so successive evaluations differ only by the policy and the curve is not noise
 from new start states. Results go to the stats block (``eval_return`` etc., picked up by the
 monitor) and are returned. Owns no shared resource. It acts with a
 :class:`~spreeze_like.algos.numpy_policy.NumpyPolicy` (no torch in the evaluator's process); before
@@ -27,7 +27,7 @@ from spreeze_like.algos.numpy_policy import NumpyPolicy
 from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.envs import make_env, obs_vector, reset_env
 from spreeze_like.roles.ports import StatsWriter, WeightsSource
-from spreeze_like.seeding import derive_seed
+from spreeze_like.seeding import eval_seed
 
 
 def _no_beat() -> None:
@@ -98,7 +98,7 @@ class Evaluator:
 
     def _reset(self, env: Any, i: int) -> np.ndarray:
         self.beat()
-        return reset_env(env, self.env_id, seed=derive_seed(self.spec.seed, "evaluator", i))
+        return reset_env(env, self.env_id, seed=eval_seed(self.spec.seed, i))
 
     def close(self) -> None:
         for env in self.envs:
