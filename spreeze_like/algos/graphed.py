@@ -89,14 +89,19 @@ class StepRunner:
         inputs: names of the batch columns the step reads (critic: all five; actor: ``obs``).
         with_weights: also a static ``weights`` column (prioritized replay's importance weights).
         begin: called at the start of every update inside the captured region (the guard's reset).
+        fill: called with the runner before ``begin`` inside the captured region: device work that
+            fills the static batch (a device replay mirror's uniform draw and gather), or None.
+        generators: generators that ``fill`` draws from, registered with each graph like the half's.
         mode: ``eager``, ``cuda-graph`` or ``compiled-graph`` (resolved; see :func:`resolve_step_mode`).
         warmup: eager updates per variant before its capture.
     """
 
     def __init__(self, part: Any, step: Callable[[Batch], Any], batch_size: int, inputs: Sequence[str],
                  with_weights: bool = False, begin: Callable[[], None] | None = None, mode: str = "eager",
-                 warmup: int = 3) -> None:
+                 warmup: int = 3, fill: Callable[[StepRunner], None] | None = None,
+                 generators: Sequence[torch.Generator] = ()) -> None:
         self.part, self.batch_size, self.mode, self.warmup = part, batch_size, mode, warmup
+        self.fill, self.generators = fill, tuple(generators)
         if mode == "compiled-graph":
             untraced_optimizers(part)
             # compiled during the warm-up updates; dynamic=None: the host counter the step advances
@@ -125,6 +130,10 @@ class StepRunner:
         self._graphs.clear()
         self._eager_runs.clear()
 
+    def _fill(self) -> None:
+        if self.fill is not None:
+            self.fill(self)
+
     def fill_from_host(self, raw: Any) -> None:
         """Copy a host batch (numpy columns, e.g. a replay sampler's) into the static tensors."""
         for name, t in self.inputs.items():
@@ -138,6 +147,7 @@ class StepRunner:
         the host sampler's arrays over without a copy). Graph mode always reads the static batch.
         """
         if self.mode == "eager":
+            self._fill()
             self.begin()
             with self.part.autocast():
                 return self.step(self.batch if batch is None else batch)
@@ -161,6 +171,7 @@ class StepRunner:
         stream, current = self._stream, torch.cuda.current_stream(self.part.device)
         stream.wait_stream(current)
         with torch.cuda.stream(stream):
+            self._fill()
             self.begin()
             with self.part.autocast():
                 out = self.step(self.batch)
@@ -169,12 +180,14 @@ class StepRunner:
 
     def _capture(self) -> tuple[torch.cuda.CUDAGraph, Any]:
         graph = torch.cuda.CUDAGraph()
-        graph.register_generator_state(self.part.generator)  # fresh noise per replay
+        for generator in (self.part.generator, *self.generators):
+            graph.register_generator_state(generator)  # fresh noise and fresh batch indices per replay
         updates = self.part.updates
         for optimizer in self.part.optimizers.values():
             optimizer.zero_grad(set_to_none=True)  # backward allocates the gradients from the graph's pool
         torch.cuda.synchronize(self.part.device)
         with torch.cuda.graph(graph, stream=self._stream):
+            self._fill()
             self.begin()
             with self.part.autocast(cache=False):  # a cached cast would outlive the weights it was made from
                 out = self.step(self.batch)

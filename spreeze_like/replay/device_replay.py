@@ -27,6 +27,13 @@ Stream order: copies are enqueued on the device's current stream; gathers issued
 stream see them. The column tensors are allocated once and only written in place, so CUDA graphs
 that read them stay valid.
 
+Uniform draws read the mirror's size from a device tensor (``size_tensor``), refreshed by each sync
+with an asynchronous fill: a draw and its gather are then pure device work with no host value baked
+in, so a learner captures them inside its update's CUDA graph (``roles/batches.py``) and every
+replay draws fresh indices over the rows synced so far. Indices are ``floor(u * size)`` with ``u``
+uniform float64 in [0, 1) (exact for any capacity below 2**52), clamped to ``size - 1`` against the
+one rounding case where ``u * size`` rounds up to ``size``.
+
 Layout: the columns are views of one packed ``[capacity, width]`` tensor (a row holds every mirrored
 column, in ``columns`` order), so a synced run of rows is one host-to-device copy and a batch is one
 ``index_select`` into a packed static batch of the same layout (:meth:`gather_packed`). On the H100
@@ -182,6 +189,9 @@ class DeviceReplay:
         self._row_bytes = 4 * self.width
         self._generator = torch.Generator(device=self.device)
         self._generator.manual_seed(int(seed))
+        # the synced row count, on the device (float64: the draw's scale; int64: its last valid index)
+        self._size_f = torch.zeros((), dtype=torch.float64, device=self.device)
+        self._last_index = torch.zeros((), dtype=torch.int64, device=self.device)
         self._rows_staging = _HostStaging(self.device, self.chunk_rows * self._row_bytes)
         self._index_staging = _HostStaging(self.device, 12 * 1024)
 
@@ -189,6 +199,11 @@ class DeviceReplay:
     def size(self) -> int:
         """Rows the mirror holds: min(seen, capacity). A host-side int, never a device sync."""
         return min(self.seen, self.capacity)
+
+    @property
+    def generator(self) -> torch.Generator:
+        """The generator of the uniform draws (a CUDA graph that captures a draw registers it)."""
+        return self._generator
 
     def column(self, name: str) -> torch.Tensor:
         """The device tensor of a mirrored column ([capacity, width], or [capacity] for reward/terminated)."""
@@ -214,7 +229,11 @@ class DeviceReplay:
         for start in range(first, inserted, self.chunk_rows):
             n = min(self.chunk_rows, inserted - start)
             copied += self._sync_chunk(storage, sources, start % self.capacity, n)
+        size_before = self.size
         self.seen = inserted
+        if self.size != size_before:  # two tiny asynchronous fills, after the rows' copies on the same stream
+            self._size_f.fill_(float(self.size))
+            self._last_index.fill_(self.size - 1)
         return copied
 
     def _sync_chunk(self, storage: ReplayStorage, sources: tuple[np.ndarray, ...], first_slot: int, n: int) -> int:
@@ -275,14 +294,21 @@ class DeviceReplay:
         return np.sort(np.concatenate(left))
 
     def sample_uniform(self, batch_size: int) -> torch.Tensor:
-        """``batch_size`` int64 slot indices on the device, uniform with replacement over [0, size)."""
+        """``batch_size`` int64 slot indices on the device, uniform with replacement over [0, size).
+
+        Device work only (see the module docstring): safe to capture in a CUDA graph, whose replays
+        then draw over the size of the latest sync.
+        """
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size <= 0:
             raise ValueError(f"batch size must be a positive integer, got {batch_size!r}")
         if self.size == 0:
             raise ValueError("the device replay is empty: call sync_from(storage) after rows were stored")
-        return torch.randint(
-            0, self.size, (int(batch_size),), generator=self._generator, device=self.device, dtype=torch.int64
-        )
+        u = torch.rand(int(batch_size), generator=self._generator, device=self.device, dtype=torch.float64)
+        return torch.minimum(u.mul_(self._size_f).long(), self._last_index)
+
+    def draw_uniform_into(self, out: torch.Tensor) -> None:
+        """Draw ``len(out)`` uniform slots and gather their packed rows into ``out``: device work only."""
+        self.gather_packed(self.sample_uniform(out.shape[0]), out)
 
     def upload_indices(
         self, slots: np.ndarray, weights: np.ndarray | None = None

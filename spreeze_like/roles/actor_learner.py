@@ -73,7 +73,8 @@ class ActorLearner(LearnerRole):
         else:
             self.batches = HostBatches(replay, False)
         super().__init__(part, critic_source, actor_sink, stats, batch_size, sync_period, "actor-learner",
-                         max_nonfinite_steps, ACTOR_INPUTS, False, resolve_step_mode(step_mode, device))
+                         max_nonfinite_steps, ACTOR_INPUTS, False, resolve_step_mode(step_mode, device),
+                         self.batches)
 
     def device_update(self, batch: Batch) -> None:
         self.metrics.accumulate(self.part.step(batch), self.guard.count())

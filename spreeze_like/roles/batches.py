@@ -5,9 +5,11 @@
 * :class:`MirrorBatches` keeps a :class:`~spreeze_like.replay.device_replay.DeviceReplay` of the
   columns the learner reads, synced from the host storage before each update (the critic process
   is the storage's writer, so its mirror is exact; the actor process copies what the critic
-  published). Uniform indices are drawn on the device; prioritized ones come from the native tree
-  (it stays the authority) and travel with their weights in one small copy. The gather happens on
-  the device, into the step runner's static batch: no batch crosses PCIe.
+  published). Uniform indices are drawn on the device, and the draw and gather are part of the
+  update itself (:meth:`MirrorBatches.fill_in_step`, run by the step runner inside the captured
+  CUDA graph: one replay draws, gathers and updates). Prioritized ones come from the native tree
+  (it stays the authority) and travel with their weights in one small copy before the update. The
+  gather happens on the device, into the step runner's static batch: no batch crosses PCIe.
 
 :class:`PendingPriorities` writes a critic's TD errors back as priorities. On a GPU the copy to the
 host is asynchronous and the write lands one update later (the generation check drops it for slots
@@ -45,6 +47,9 @@ class Drawn(NamedTuple):
 class HostBatches:
     """Batches sampled on the host; see the module docstring."""
 
+    fill_in_step = None  # nothing to do inside the update: draw() filled the batch
+    generators: tuple[torch.Generator, ...] = ()
+
     def __init__(self, sampler: Any, with_weights: bool) -> None:
         self.sampler, self.with_weights = sampler, with_weights
 
@@ -78,6 +83,10 @@ class MirrorBatches:
         self.sampler, self.storage, self.prioritized = sampler, storage, prioritized
         self.mirror = DeviceReplay(storage.capacity, storage.obs_dim, storage.act_dim, device, columns=columns,
                                    seed=seed)
+        # uniform: the runner calls fill_in_step inside the update (and its graph draws from the mirror's
+        # generator); prioritized: draw() fills the batch from the host tree's slots before the update
+        self.fill_in_step = None if prioritized else self._draw_uniform
+        self.generators = () if prioritized else (self.mirror.generator,)
 
     def sync(self) -> int:
         """Copy what the host storage published since the last call; returns the rows copied."""
@@ -88,16 +97,21 @@ class MirrorBatches:
         return self.mirror.size
 
     def draw(self, runner: Any) -> Drawn:
+        """Sync the mirror; prioritized: also fill the runner's static batch (uniform: the update does)."""
         self.sync()
+        if self.size == 0:
+            raise ValueError("the device replay is empty: call sync_from(storage) after rows were stored")
         if self.prioritized:
             slots, weights, generations = self.sampler.sample_slots(runner.batch_size)
             indices, dev_weights = self.mirror.upload_indices(slots, weights)
             runner.inputs["weights"].copy_(dev_weights)
             self.mirror.gather_packed(indices, runner.packed)
             return Drawn(None, slots, generations)
-        # the runner's static batch has the mirror's packed layout (both from the learner's INPUTS)
-        self.mirror.gather_packed(self.mirror.sample_uniform(runner.batch_size), runner.packed)
         return Drawn(None, None, None)
+
+    def _draw_uniform(self, runner: Any) -> None:
+        # the runner's static batch has the mirror's packed layout (both from the learner's INPUTS)
+        self.mirror.draw_uniform_into(runner.packed)
 
 
 class PendingPriorities:

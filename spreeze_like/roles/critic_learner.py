@@ -76,7 +76,8 @@ class CriticLearner(LearnerRole):
             self.batches = HostBatches(replay, prioritized)
         self.priorities = PendingPriorities(replay, part.device, batch_size) if prioritized else None
         super().__init__(part, actor_source, critic_sink, stats, batch_size, sync_period, "critic-learner",
-                         max_nonfinite_steps, CRITIC_INPUTS, prioritized, resolve_step_mode(step_mode, device))
+                         max_nonfinite_steps, CRITIC_INPUTS, prioritized, resolve_step_mode(step_mode, device),
+                         self.batches)
 
     def device_update(self, batch: Batch) -> torch.Tensor:
         td_errors, metrics = self.part.step(batch)

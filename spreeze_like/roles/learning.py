@@ -104,7 +104,7 @@ class LearnerRole:
 
     def __init__(self, part: Any, source: WeightsSource, sink: WeightsSink, stats: StatsWriter, batch_size: int,
                  sync_period: int, role: str, max_nonfinite_steps: int = 10, inputs: tuple[str, ...] = (),
-                 with_weights: bool = False, step_mode: str = "eager") -> None:
+                 with_weights: bool = False, step_mode: str = "eager", batches: Any = None) -> None:
         from spreeze_like.algos.graphed import StepRunner  # here: nonfinite/graphed import nothing of ours back
         from spreeze_like.roles.nonfinite import NonFiniteGuard
         from spreeze_like.roles.weight_transfer import FlatLoader, FlatPublisher
@@ -116,8 +116,10 @@ class LearnerRole:
         self.guard = NonFiniteGuard(part, role, stats, max_nonfinite_steps)
         self.publisher = FlatPublisher(part.published_tensors(), sink)
         self.loader = FlatLoader(part.copy_tensors(), source)
+        # a device mirror's uniform draw and gather run inside the update (and its graph): batches.fill_in_step
         self.runner = StepRunner(part, self.device_update, batch_size, inputs, with_weights, self.guard.begin,
-                                 step_mode)
+                                 step_mode, fill=getattr(batches, "fill_in_step", None),
+                                 generators=getattr(batches, "generators", ()))
         self.publish()
 
     @property

@@ -164,6 +164,27 @@ def test_uniform_indices_in_range_reproducible_and_uniform(device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_uniform_draws_follow_the_synced_size(device):
+    """The draw reads the size from the device tensor each sync refreshes: one row -> only slot 0; more
+    rows synced -> draws cover them; a full ring -> the whole capacity, never past it."""
+    storage = ReplayStorage.local(64, OBS, ACT)
+    mirror = DeviceReplay(64, OBS, ACT, device, seed=3)
+    storage.add(*chunk(0, 1))
+    mirror.sync_from(storage)
+    assert mirror.sample_uniform(500).unique().tolist() == [0]
+    storage.add(*chunk(1, 9))
+    mirror.sync_from(storage)
+    assert sorted(mirror.sample_uniform(2000).unique().tolist()) == list(range(10))
+    for start in (10, 60, 110):  # laps the ring: size stays 64
+        storage.add(*chunk(start, 50))
+    mirror.sync_from(storage)
+    assert sorted(mirror.sample_uniform(5000).unique().tolist()) == list(range(64))
+    out = torch.full((16, mirror.width), -1.0, device=mirror.device)
+    mirror.draw_uniform_into(out)
+    assert bool((out != -1.0).all())
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_torn_row_is_not_copied_and_is_copied_by_the_next_sync(device):
     cap = 8
     storage = ReplayStorage.local(cap, OBS, ACT)

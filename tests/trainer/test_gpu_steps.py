@@ -103,6 +103,44 @@ def test_learners_with_the_device_mirror_train_and_publish(device, algo):
     np.testing.assert_array_equal(critic.part.critic_vector(), critic.sink._vec)  # the board holds the newest
 
 
+def batch_slots(learner, storage: ReplayStorage) -> np.ndarray:
+    """The storage slots of the rows in a learner's static batch (its obs rows are unique normals)."""
+    where = {storage.obs[i].tobytes(): i for i in range(storage.size)}
+    obs = learner.runner.inputs["obs"].cpu().numpy()
+    return np.array([where[row.tobytes()] for row in obs])
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_mirror_batches_are_drawn_inside_the_update_over_the_latest_sync(device):
+    """The uniform draw and gather are part of the update (on CUDA, of its captured graph): every update
+    gets a fresh batch of complete storage rows, and after more rows are synced the same graph draws
+    over them too (the size lives on the device, not baked into the capture)."""
+    storage = storage_with(rows=40)
+    critic, actor, _ = learners(device, storage=storage, device_replay="on")
+    seen = []
+    for _ in range(8):  # on CUDA: 3 warm-up updates, the capture, then replays
+        critic.update()
+        seen.append(batch_slots(critic, storage))
+        for name in CRITIC_INPUTS:  # every column of the static batch is the storage's row at those slots
+            got = critic.runner.inputs[name].cpu().numpy()
+            np.testing.assert_array_equal(got, getattr(storage, name)[seen[-1]].reshape(got.shape), err_msg=name)
+    assert all(s.max() < 40 for s in seen)
+    assert len({s.tobytes() for s in seen}) == 8  # a fresh draw each update, replays included
+    if device != "cpu":
+        assert critic.runner.captures == 1
+    rng = np.random.default_rng(1)
+    storage.add(rng.normal(size=(400, 5)), rng.uniform(-1, 1, (400, 2)), rng.normal(size=400),
+                rng.normal(size=(400, 5)), np.zeros(400, np.float32))
+    later = []
+    for _ in range(4):
+        critic.update()  # syncs the 400 new rows, then draws over 440
+        later.append(batch_slots(critic, storage))
+    drawn = np.concatenate(later)
+    assert drawn.max() < 440 and (drawn >= 40).mean() > 0.8  # 400 of 440 rows are new: about 91 % of draws
+    actor.update()
+    assert batch_slots(actor, storage).max() < 440
+
+
 @pytest.mark.parametrize("device", DEVICES)
 def test_weight_transfer_round_trip(device):
     part = make_critic_part(spec(), device)
