@@ -197,6 +197,11 @@ class TrainConfig:
         "auto", "mirror the replay columns a learner reads on its device and gather batches there (no batch "
         "crosses PCIe); auto = on for a GPU learner, off on the CPU", choices=DEVICE_REPLAY,
     )
+    updates_per_graph: int = _f(
+        1, "learner updates run together from one CUDA graph replay when the last of them is due (only where "
+        "batches are drawn on the device: uniform replay with the device mirror); amortises the launch and the "
+        "host's per-update work; 1 = one update per replay",
+    )
     torch_threads: int = _f(1, "torch CPU threads per process (learners; samplers always use 1)")
     # --- evaluation, logging, checkpoints ---------------------------------------------------------
     eval_every: int = _f(5_000, "env steps between evaluations (0: only the final one)")
@@ -248,6 +253,7 @@ class TrainConfig:
             "total_steps",
             "envs_per_sampler",
             "buffer_size",
+            "updates_per_graph",
             "batch_size",
             "weight_sync_period",
             "torch_threads",
@@ -374,6 +380,9 @@ class TrainConfig:
                 d.startswith("cuda") for d in (actor_device, critic_device)):
             raise ConfigError(f"--learner-step {self.learner_step} needs both learners on CUDA (actor "
                               f"{actor_device}, critic {critic_device}); use --learner-step auto or eager")
+        if self.updates_per_graph > 1 and self.prioritized:
+            raise ConfigError("--updates-per-graph above 1 draws every batch on the device; prioritized replay draws "
+                              "on the host: use --updates-per-graph 1 with --prioritized")
         delay = self.policy_delay or default_policy_delay(self.algo)
         actor_lr = auto_actor_lr(self.env, self.algo, self.presets) if self.actor_lr is None else self.actor_lr
         return dataclasses.replace(

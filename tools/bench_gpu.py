@@ -13,7 +13,8 @@ Sections (each records what it ran; a section that fails records its error and t
   graph (``compiled-graph``) vs ``torch.compile(reduce-overhead)`` (tools/gpu_rates.py) -- the
   measurement behind ``--learner-step auto``.
 * ``critic``: ``CriticLearner.update()`` frames/s at batch 256 ... 65536 (HalfCheetah sizes, SAC
-  256x256), with the device replay mirror, and at batch 256 without it.
+  256x256), with the device replay mirror, and at batch 256 without it, and with 2, 4 and 8 updates
+  per graph replay (``--updates-per-graph``; on CUDA also 4 with ``compiled-graph``).
 * ``peer``: the in-run peer, an eager single-process SAC written from the algorithm
   (tools/eager_sac_peer.py), at batch 256: its critic updates/s and full SAC updates/s, and our
   ratios to it.
@@ -88,6 +89,9 @@ def _critic(device: str, quick: bool) -> dict:
     for b in batches:
         out[f"mirror/{b}"] = critic_update_rate(device, b, storage, seconds, device_replay="on")
     out["host/256"] = critic_update_rate(device, 256, storage, seconds, device_replay="off")
+    for k in (2, 4, 8) if not quick else (4,):  # blocks of updates per graph replay (--updates-per-graph)
+        out[f"block{k}/256"] = critic_update_rate(device, 256, storage, seconds, device_replay="on",
+                                                  updates_per_graph=k)
     if device.startswith("cuda"):  # the inductor-fused step inside our graph (tens of seconds to compile)
         for b in (256, 65536):
             try:
@@ -95,6 +99,11 @@ def _critic(device: str, quick: bool) -> dict:
                                                           step_mode="compiled-graph")
             except Exception as exc:  # recorded; the eager-graph figures above stand
                 out[f"compiled/{b}"] = {"error": f"{type(exc).__name__}: {str(exc)[:2000]}"}
+        try:
+            out["compiled-block4/256"] = critic_update_rate(device, 256, storage, seconds, device_replay="on",
+                                                            step_mode="compiled-graph", updates_per_graph=4)
+        except Exception as exc:
+            out["compiled-block4/256"] = {"error": f"{type(exc).__name__}: {str(exc)[:2000]}"}
     best = max((v["frames_per_s"], k) for k, v in out.items() if "frames_per_s" in v)
     out["best"] = {"key": best[1], "frames_per_s": best[0]}
     return out

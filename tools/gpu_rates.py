@@ -119,7 +119,8 @@ def step_modes(device: str, batch: int, seconds: float, modes: tuple[str, ...], 
 
 
 def make_critic(device: str, batch: int, storage: Any, sync_period: int = 1, step_mode: str = "auto",
-                device_replay: str = "auto", precision: str = "fp32", publishing_actor: bool = True) -> Any:
+                device_replay: str = "auto", precision: str = "fp32", publishing_actor: bool = True,
+                updates_per_graph: int = 1) -> Any:
     """A CriticLearner over ``storage`` with local boards (the actor board gets a new version each look)."""
     from spreeze_like.algos import make_critic_part
     from spreeze_like.algos.networks import get_flat
@@ -135,7 +136,7 @@ def make_critic(device: str, batch: int, storage: Any, sync_period: int = 1, ste
     stats = LocalStatsBlock(stats_schema(1))
     critic = CriticLearner(spec, device, UniformSampler(storage, seed=0), source, LocalBoard(),
                            stats.role("critic-learner"), batch, sync_period, step_mode=step_mode,
-                           device_replay=device_replay)
+                           device_replay=device_replay, updates_per_graph=updates_per_graph)
     if publishing_actor:  # as in a run: the actor learner publishes about once per critic update
         critic._actor_vec, critic._actor_board = actor_vec, source
     return critic
@@ -150,15 +151,19 @@ def critic_update_rate(device: str, batch: int, storage: Any, seconds: float, **
             critic._actor_board.publish(critic._actor_vec)
         critic.update()
 
+    # 40 calls: a whole number of blocks (--updates-per-graph 1, 2, 4, 8), so that every timed chunk of 40
+    # calls runs all the updates it takes (none left pending when the clock stops)
     t0 = time.perf_counter()
-    for _ in range(10):
+    for _ in range(40):
         call()
     _sync(device)
     start_s = time.perf_counter() - t0
-    rate, calls = _timed(call, device, seconds)
+    rate, calls = _timed(call, device, seconds, min_calls=40)
+    pending = critic.runner.pending
     critic.flush()
     return {"updates_per_s": rate, "frames_per_s": rate * batch, "startup_s": start_s, "calls": calls,
-            "step_mode": critic.runner.mode, "device_replay": type(critic.batches).__name__}
+            "step_mode": critic.runner.mode, "device_replay": type(critic.batches).__name__,
+            "updates_per_graph": critic.runner.block, "pending_at_stop": pending}
 
 
 # --- dual learners: two processes vs one ---------------------------------------------------------------

@@ -35,6 +35,15 @@ it advances (``part.updates``) are restored after the capture, and a replay adva
 Random numbers: the half's ``torch.Generator`` is registered with each graph, so every replay draws
 fresh noise (the generator's offset advances per replay, as in eager mode).
 
+Blocks of updates (``updates_per_replay`` K > 1, only where ``fill`` draws each update's batch on
+the device): the runner takes K updates and runs them together when the K-th is due, from one graph
+holding K whole updates (each with its own draw), so the launch and the host's per-update work are
+paid once per K updates. Until then the taken updates are *pending*: the caller counts them
+(``LearnerRole.updates`` = done + pending) and :meth:`drain` runs them one by one before anything
+reads the weights as of a count (flush, checkpoint), so update counts stay exact. A pending update
+draws its batch when it runs, from the rows synced by then. The block graph is keyed by the
+variants of its K updates (TD3's delayed target update falls at a fixed place in it).
+
 Owns device tensors and graphs of its process only; nothing shared, nothing to clean up on a crash.
 """
 
@@ -94,14 +103,21 @@ class StepRunner:
         generators: generators that ``fill`` draws from, registered with each graph like the half's.
         mode: ``eager``, ``cuda-graph`` or ``compiled-graph`` (resolved; see :func:`resolve_step_mode`).
         warmup: eager updates per variant before its capture.
+        updates_per_replay: K updates run together when the K-th is due (see the module docstring);
+            used only with ``fill`` (each update draws its own batch on the device), else 1.
     """
 
     def __init__(self, part: Any, step: Callable[[Batch], Any], batch_size: int, inputs: Sequence[str],
                  with_weights: bool = False, begin: Callable[[], None] | None = None, mode: str = "eager",
                  warmup: int = 3, fill: Callable[[StepRunner], None] | None = None,
-                 generators: Sequence[torch.Generator] = ()) -> None:
+                 generators: Sequence[torch.Generator] = (), updates_per_replay: int = 1) -> None:
         self.part, self.batch_size, self.mode, self.warmup = part, batch_size, mode, warmup
         self.fill, self.generators = fill, tuple(generators)
+        if isinstance(updates_per_replay, bool) or not isinstance(updates_per_replay, int) or updates_per_replay < 1:
+            raise ValueError(f"updates_per_replay must be a whole number >= 1, got {updates_per_replay!r}")
+        self.block = updates_per_replay if fill is not None else 1
+        self.pending = 0  # updates taken by run() and not yet run (block mode)
+        self._out: Any = None  # the outputs of the last update that ran
         if mode == "compiled-graph":
             untraced_optimizers(part)
             # compiled during the warm-up updates; dynamic=None: the host counter the step advances
@@ -119,7 +135,7 @@ class StepRunner:
         if with_weights:
             self.inputs["weights"] = torch.zeros(batch_size, dtype=torch.float32, device=device)
         self.batch = Batch(**{f: self.inputs.get(f) for f in Batch._fields})
-        self._graphs: dict[int, tuple[torch.cuda.CUDAGraph, Any]] = {}
+        self._graphs: dict[Any, tuple[torch.cuda.CUDAGraph, Any]] = {}  # a variant, or ("block", variants)
         self._eager_runs: dict[int, int] = {}
         self._stream = torch.cuda.Stream(device) if mode in GRAPH_MODES else None
         self.captures = 0
@@ -127,6 +143,8 @@ class StepRunner:
     def reset(self) -> None:
         """Drop the captured graphs (after a checkpoint load replaced optimiser state tensors and the
         generator state they were captured with); the next updates warm up and capture again."""
+        if self.pending:
+            raise RuntimeError(f"{self.pending} pending updates: drain() before replacing the state they would update")
         self._graphs.clear()
         self._eager_runs.clear()
 
@@ -145,7 +163,54 @@ class StepRunner:
 
         ``batch``: eager mode only, a batch to use instead of the static one (the CPU path hands
         the host sampler's arrays over without a copy). Graph mode always reads the static batch.
+        Block mode: the update is taken and runs with its block (the outputs are the last update's
+        that ran, None before the first block).
         """
+        if self.block == 1:
+            return self._run_one(batch)
+        if batch is not None:
+            raise ValueError("block mode draws every batch inside the update: do not pass one")
+        self.pending += 1
+        if self.pending == self.block:
+            self._run_block()
+        return self._out
+
+    def drain(self) -> None:
+        """Run the pending updates now, one by one (before a flush, a checkpoint or a weight read)."""
+        while self.pending:
+            self.pending -= 1
+            self._out = self._run_one()
+
+    def _block_key(self) -> tuple[int, ...]:
+        updates = self.part.updates
+        try:
+            variants = []
+            for j in range(self.block):
+                self.part.updates = updates + j
+                variants.append(self.part.step_variant())
+        finally:
+            self.part.updates = updates
+        return tuple(variants)
+
+    def _run_block(self) -> None:
+        key = ("block", self._block_key())
+        graph = self._graphs.get(key)
+        if graph is not None:
+            updates = self.part.updates
+            graph[0].replay()
+            self.part.updates = updates + self.block
+            self.pending, self._out = 0, graph[1]
+            return
+        # not captured yet: single updates (their warm-up and capture) until every variant of the
+        # block has its own graph, i.e. has warmed up; then capture the block and replay it from now on
+        ready = self.mode in GRAPH_MODES and all(v in self._graphs for v in key[1])
+        if not ready:
+            self.drain()
+            return
+        self._graphs[key] = self._capture(self.block)
+        self._run_block()
+
+    def _run_one(self, batch: Batch | None = None) -> Any:
         if self.mode == "eager":
             self._fill()
             self.begin()
@@ -164,7 +229,7 @@ class StepRunner:
             self._eager_runs[variant] = self._eager_runs.get(variant, 0) + 1
             return self._side_stream_step()
         self._graphs[variant] = self._capture()
-        return self.run()
+        return self._run_one()
 
     def _side_stream_step(self) -> Any:
         # Warm-up work on a side stream, as CUDA graph capture wants (the allocator keeps its blocks apart).
@@ -178,7 +243,7 @@ class StepRunner:
         current.wait_stream(stream)
         return out
 
-    def _capture(self) -> tuple[torch.cuda.CUDAGraph, Any]:
+    def _capture(self, updates_in_graph: int = 1) -> tuple[torch.cuda.CUDAGraph, Any]:
         graph = torch.cuda.CUDAGraph()
         for generator in (self.part.generator, *self.generators):
             graph.register_generator_state(generator)  # fresh noise and fresh batch indices per replay
@@ -187,11 +252,12 @@ class StepRunner:
             optimizer.zero_grad(set_to_none=True)  # backward allocates the gradients from the graph's pool
         torch.cuda.synchronize(self.part.device)
         with torch.cuda.graph(graph, stream=self._stream):
-            self._fill()
-            self.begin()
-            with self.part.autocast(cache=False):  # a cached cast would outlive the weights it was made from
-                out = self.step(self.batch)
-        if self.part.updates != updates + 1:
+            for _ in range(updates_in_graph):  # each a whole update: its draw, reset, step, counts
+                self._fill()
+                self.begin()
+                with self.part.autocast(cache=False):  # a cached cast would outlive the weights it was made from
+                    out = self.step(self.batch)
+        if self.part.updates != updates + updates_in_graph:
             raise RuntimeError(f"{type(self.part).__name__}.step must advance updates by exactly one")
         self.part.updates = updates  # the capture ran no kernels: the update happens at the first replay
         self.captures += 1

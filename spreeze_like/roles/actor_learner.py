@@ -48,6 +48,8 @@ class ActorLearner(LearnerRole):
         max_nonfinite_steps: consecutive steps with NaN/inf gradients that end the run.
         step_mode: ``auto``/``eager``/``cuda-graph`` (see ``algos/graphed.py``).
         device_replay: ``auto``/``on``/``off``: gather observations from a mirror on the device.
+        updates_per_graph: updates run together from one graph when the last is due (uniform device replay
+            only; ``algos/graphed.py``, "Blocks of updates").
     """
 
     def __init__(
@@ -63,6 +65,7 @@ class ActorLearner(LearnerRole):
         max_nonfinite_steps: int = 10,
         step_mode: str = "auto",
         device_replay: str = "auto",
+        updates_per_graph: int = 1,
     ) -> None:
         part = make_actor_part(spec, device)
         self.replay, self.policy_delay = replay, spec.policy_delay
@@ -74,14 +77,14 @@ class ActorLearner(LearnerRole):
             self.batches = HostBatches(replay, False)
         super().__init__(part, critic_source, actor_sink, stats, batch_size, sync_period, "actor-learner",
                          max_nonfinite_steps, ACTOR_INPUTS, False, resolve_step_mode(step_mode, device),
-                         self.batches)
+                         self.batches, updates_per_graph)
 
     def device_update(self, batch: Batch) -> None:
         self.metrics.accumulate(self.part.step(batch), self.guard.count())
 
     def updates_due(self, critic_updates: int) -> int:
         """Actor updates owed after ``critic_updates`` critic updates (never negative)."""
-        return max(0, critic_updates // self.policy_delay - self.part.updates)
+        return max(0, critic_updates // self.policy_delay - self.updates)
 
     def update(self) -> None:
         """One actor update (maybe sync, sample, step, maybe publish)."""

@@ -79,6 +79,7 @@ def critic_learner(
         config.max_nonfinite_steps,
         config.learner_step,
         config.device_replay,
+        config.updates_per_graph,
     )
 
 
@@ -105,6 +106,7 @@ def actor_learner(
         config.max_nonfinite_steps,
         config.learner_step,
         config.device_replay,
+        config.updates_per_graph,
     )
 
 

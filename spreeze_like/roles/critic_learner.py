@@ -50,6 +50,8 @@ class CriticLearner(LearnerRole):
         max_nonfinite_steps: consecutive steps with NaN/inf gradients that end the run.
         step_mode: ``auto``/``eager``/``cuda-graph`` (see ``algos/graphed.py``).
         device_replay: ``auto``/``on``/``off``: gather batches from a mirror on the device (``roles/batches.py``).
+        updates_per_graph: updates run together from one graph when the last is due (uniform device replay
+            only; ``algos/graphed.py``, "Blocks of updates").
     """
 
     def __init__(
@@ -66,6 +68,7 @@ class CriticLearner(LearnerRole):
         max_nonfinite_steps: int = 10,
         step_mode: str = "auto",
         device_replay: str = "auto",
+        updates_per_graph: int = 1,
     ) -> None:
         part = make_critic_part(spec, device)
         self.replay, self.prioritized = replay, prioritized
@@ -77,7 +80,7 @@ class CriticLearner(LearnerRole):
         self.priorities = PendingPriorities(replay, part.device, batch_size) if prioritized else None
         super().__init__(part, actor_source, critic_sink, stats, batch_size, sync_period, "critic-learner",
                          max_nonfinite_steps, CRITIC_INPUTS, prioritized, resolve_step_mode(step_mode, device),
-                         self.batches)
+                         self.batches, updates_per_graph)
 
     def device_update(self, batch: Batch) -> torch.Tensor:
         td_errors, metrics = self.part.step(batch)

@@ -104,7 +104,8 @@ class LearnerRole:
 
     def __init__(self, part: Any, source: WeightsSource, sink: WeightsSink, stats: StatsWriter, batch_size: int,
                  sync_period: int, role: str, max_nonfinite_steps: int = 10, inputs: tuple[str, ...] = (),
-                 with_weights: bool = False, step_mode: str = "eager", batches: Any = None) -> None:
+                 with_weights: bool = False, step_mode: str = "eager", batches: Any = None,
+                 updates_per_graph: int = 1) -> None:
         from spreeze_like.algos.graphed import StepRunner  # here: nonfinite/graphed import nothing of ours back
         from spreeze_like.roles.nonfinite import NonFiniteGuard
         from spreeze_like.roles.weight_transfer import FlatLoader, FlatPublisher
@@ -119,12 +120,13 @@ class LearnerRole:
         # a device mirror's uniform draw and gather run inside the update (and its graph): batches.fill_in_step
         self.runner = StepRunner(part, self.device_update, batch_size, inputs, with_weights, self.guard.begin,
                                  step_mode, fill=getattr(batches, "fill_in_step", None),
-                                 generators=getattr(batches, "generators", ()))
+                                 generators=getattr(batches, "generators", ()), updates_per_replay=updates_per_graph)
         self.publish()
 
     @property
     def updates(self) -> int:
-        return self.part.updates
+        """Updates taken: those done, and those pending in the step runner's block (algos/graphed.py)."""
+        return self.part.updates + self.runner.pending
 
     @property
     def copy_version(self) -> int:
@@ -136,7 +138,7 @@ class LearnerRole:
         raise NotImplementedError
 
     def sync_due(self) -> bool:
-        return self.part.updates % self.sync_period == 0
+        return self.updates % self.sync_period == 0
 
     def refresh_copy(self) -> None:
         """Load the other half's newest vector into the copy, if there is a newer one."""
@@ -166,7 +168,9 @@ class LearnerRole:
         """Hand pending metric sums and skip counts to the stats block, and land a publish in flight.
 
         Raises NonFiniteError if the last updates were skipped ``max_nonfinite_steps`` times in a row.
+        Pending updates of a block run first, so the counts and weights after a flush agree.
         """
+        self.runner.drain()
         self.metrics.flush()
         self.guard.check()
         while self.publisher.in_flight:  # a request folded into a landing copy goes out when it lands
@@ -178,6 +182,7 @@ class LearnerRole:
         self.guard.assert_finite_state()
 
     def state_dict(self) -> dict[str, Any]:
+        self.runner.drain()  # the saved weights are those of the saved count
         return {"part": self.part.state_dict(), "updates": self.part.updates}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:

@@ -27,6 +27,8 @@ def test_bench_gpu_quick_on_cpu_writes_every_section(tmp_path):
     assert results["steps"]["256"]["eager"]["updates_per_s"] > 0
     assert results["critic"]["mirror/256"]["device_replay"] == "MirrorBatches"
     assert results["critic"]["host/256"]["device_replay"] == "HostBatches"
+    block = results["critic"]["block4/256"]  # four updates per replay: every timed update ran
+    assert block["updates_per_graph"] == 4 and block["pending_at_stop"] == 0 and block["updates_per_s"] > 0
     assert results["critic"]["best"]["frames_per_s"] > 0
     assert results["peer"]["critic_updates_per_s"] > 0 and results["peer"]["ratio_ours_over_peer_critic"] > 0
     dual = results["dual"]

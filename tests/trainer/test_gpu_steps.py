@@ -45,7 +45,7 @@ def storage_with(rows: int = 512, capacity: int = 1024) -> ReplayStorage:
 
 
 def learners(device: str, algo: str = "sac", step_mode: str = "auto", device_replay: str = "auto",
-             prioritized: bool = False, storage: ReplayStorage | None = None):
+             prioritized: bool = False, storage: ReplayStorage | None = None, updates_per_graph: int = 1):
     storage = storage or storage_with()
     stats = LocalStatsBlock(stats_schema(1))
     a_board, c_board = LocalBoard(), LocalBoard()
@@ -55,9 +55,11 @@ def learners(device: str, algo: str = "sac", step_mode: str = "auto", device_rep
     else:
         sampler = UniformSampler(storage, seed=3)
     critic = CriticLearner(spec(algo), device, sampler, a_board, c_board, stats.role("critic-learner"), 64,
-                           prioritized=prioritized, step_mode=step_mode, device_replay=device_replay)
+                           prioritized=prioritized, step_mode=step_mode, device_replay=device_replay,
+                           updates_per_graph=updates_per_graph)
     actor = ActorLearner(spec(algo), device, UniformSampler(storage, seed=4), c_board, a_board,
-                         stats.role("actor-learner"), 64, step_mode=step_mode, device_replay=device_replay)
+                         stats.role("actor-learner"), 64, step_mode=step_mode, device_replay=device_replay,
+                         updates_per_graph=updates_per_graph)
     return critic, actor, stats
 
 
@@ -139,6 +141,65 @@ def test_mirror_batches_are_drawn_inside_the_update_over_the_latest_sync(device)
     assert drawn.max() < 440 and (drawn >= 40).mean() > 0.8  # 400 of 440 rows are new: about 91 % of draws
     actor.update()
     assert batch_slots(actor, storage).max() < 440
+
+
+def close(a: np.ndarray, b: np.ndarray, device: str) -> None:
+    """Equal on the CPU (the same kernels in the same order); on CUDA up to a graph's reassociation."""
+    if device == "cpu":
+        np.testing.assert_array_equal(a, b)
+    else:
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_blocks_of_updates_run_when_the_last_is_due_and_keep_counts_exact(device, algo):
+    """--updates-per-graph 4: the updates taken wait for their block, run together (on CUDA from one graph,
+    once every variant has warmed up), and make the same updates as one at a time; a flush runs what is
+    pending, so counts and weights agree at every checkpoint."""
+    one, one_actor, _ = learners(device, algo, device_replay="on")
+    four, four_actor, stats = learners(device, algo, device_replay="on", updates_per_graph=4)
+    assert four.runner.block == 4 and one.runner.block == 1
+    start = four.part.critic_vector()
+    for _ in range(3):
+        four.update()
+    assert four.updates == 3 and four.part.updates == 0 and four.runner.pending == 3
+    np.testing.assert_array_equal(four.part.critic_vector(), start)  # taken, not run yet
+    four.update()  # the fourth: the block runs
+    assert four.updates == four.part.updates == 4 and four.runner.pending == 0
+    for _ in range(4):
+        one.update()
+    close(four.part.critic_vector(), one.part.critic_vector(), device)
+    for _ in range(30):  # on CUDA: single-update warm-up and captures, then the block graph
+        four.update()
+        one.update()
+    four.update()  # 35 taken: 32 done, 3 pending
+    one.update()
+    assert four.part.updates == 32 and four.updates == 35
+    four.flush()
+    one.flush()
+    assert four.part.updates == 35 and four.runner.pending == 0
+    close(four.part.critic_vector(), one.part.critic_vector(), device)
+    if device != "cpu":
+        assert any(isinstance(k, tuple) and k[0] == "block" for k in four.runner._graphs), four.runner._graphs.keys()
+    assert stats.snapshot()["critic-learner"]["qf1_loss.count"] == 35  # every update's metrics, once
+    for _ in range(four_actor.updates_due(four.updates)):
+        four_actor.update()
+    assert four_actor.updates == 35 // four_actor.policy_delay
+    four_actor.flush()
+    assert four_actor.part.updates == four_actor.updates
+    state = four.state_dict()
+    assert state["updates"] == 35
+
+
+def test_blocks_of_updates_need_batches_drawn_on_the_device():
+    host, _, _ = learners("cpu", device_replay="off", updates_per_graph=4)
+    assert host.runner.block == 1  # host batches are filled before the update: one update per batch
+    with pytest.raises(ConfigError) as info:
+        dataclasses.replace(TrainConfig(), updates_per_graph=4, prioritized=True).resolve()
+    assert "--updates-per-graph" in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(ConfigError, match="updates-per-graph 0"):
+        dataclasses.replace(TrainConfig(), updates_per_graph=0).validate()
 
 
 @pytest.mark.parametrize("device", DEVICES)
