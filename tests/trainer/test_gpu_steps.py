@@ -157,7 +157,7 @@ def test_blocks_of_updates_run_when_the_last_is_due_and_keep_counts_exact(device
     """--updates-per-graph 4: the updates taken wait for their block, run together (on CUDA from one graph,
     once every variant has warmed up), and make the same updates as one at a time; a flush runs what is
     pending, so counts and weights agree at every checkpoint."""
-    one, one_actor, _ = learners(device, algo, device_replay="on")
+    one, _, _ = learners(device, algo, device_replay="on")
     four, four_actor, stats = learners(device, algo, device_replay="on", updates_per_graph=4)
     assert four.runner.block == 4 and one.runner.block == 1
     start = four.part.critic_vector()
