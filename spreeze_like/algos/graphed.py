@@ -258,7 +258,7 @@ class StepRunner:
                 with self.part.autocast(cache=False):  # a cached cast would outlive the weights it was made from
                     out = self.step(self.batch)
         if self.part.updates != updates + updates_in_graph:
-            raise RuntimeError(f"{type(self.part).__name__}.step must advance updates by exactly one")
+            raise RuntimeError(f"{type(self.part).__name__}.step must advance updates by exactly one per call")
         self.part.updates = updates  # the capture ran no kernels: the update happens at the first replay
         self.captures += 1
         return graph, out

@@ -27,7 +27,7 @@ Stream order: copies are enqueued on the device's current stream; gathers issued
 stream see them. The column tensors are allocated once and only written in place, so CUDA graphs
 that read them stay valid.
 
-Uniform draws read the mirror's size from a device tensor (``size_tensor``), refreshed by each sync
+Uniform draws read the mirror's size from a device tensor (``_size_f``), refreshed by each sync
 with an asynchronous fill: a draw and its gather are then pure device work with no host value baked
 in, so a learner captures them inside its update's CUDA graph (``roles/batches.py``) and every
 replay draws fresh indices over the rows synced so far. Indices are ``floor(u * size)`` with ``u``

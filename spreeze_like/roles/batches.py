@@ -6,7 +6,7 @@
   columns the learner reads, synced from the host storage before each update (the critic process
   is the storage's writer, so its mirror is exact; the actor process copies what the critic
   published). Uniform indices are drawn on the device, and the draw and gather are part of the
-  update itself (:meth:`MirrorBatches.fill_in_step`, run by the step runner inside the captured
+  update itself (``MirrorBatches.fill_in_step``, run by the step runner inside the captured
   CUDA graph: one replay draws, gathers and updates). Prioritized ones come from the native tree
   (it stays the authority) and travel with their weights in one small copy before the update. The
   gather happens on the device, into the step runner's static batch: no batch crosses PCIe.
