@@ -43,6 +43,19 @@ def test_parallel_run_with_learners_on_the_gpu(tmp_path, actor, critic):
     assert_nothing_left(run_dir)
 
 
+@pytest.mark.skipif(GPUS < 1, reason="needs a CUDA device")
+def test_blocks_of_updates_per_graph_in_a_real_run(tmp_path):
+    """--updates-per-graph 4 with both learners on the GPU: the block graphs run in the learner processes,
+    the pacing and the final flush keep the update counts exact (UTD 1), and nothing outlives the run."""
+    proc = run_cli(*TINY_ARGS, "--total-steps", "1500", "--actor-device", "cuda:0", "--critic-device", "cuda:0",
+                   "--updates-per-graph", "4", "--logdir", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    payload, _ = load_latest(run_dir)
+    assert payload["critic_updates"] == 1500 - 299 and payload["actor_updates"] == 1500 - 299
+    assert_nothing_left(run_dir)
+
+
 @pytest.mark.skipif(GPUS < 2, reason="needs two CUDA devices")
 def test_two_gpus_put_actor_and_critic_on_different_devices(tmp_path):
     proc = run_cli(*TINY_ARGS, "--total-steps", "1000", "--logdir", str(tmp_path))
