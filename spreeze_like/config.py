@@ -199,8 +199,8 @@ class TrainConfig:
     )
     updates_per_graph: int = _f(
         1, "learner updates run together from one CUDA graph replay when the last of them is due (only where "
-        "batches are drawn on the device: uniform replay with the device mirror); amortises the launch and the "
-        "host's per-update work; 1 = one update per replay",
+        "batches are drawn on the device: uniform replay with the device mirror); one graph launch per N updates "
+        "instead of one per update (the rest of an update's host bookkeeping stays per update); 1 = one per replay",
     )
     torch_threads: int = _f(1, "torch CPU threads per process (learners; samplers always use 1)")
     # --- evaluation, logging, checkpoints ---------------------------------------------------------

@@ -301,10 +301,14 @@ class DeviceReplay:
         """
         if isinstance(batch_size, bool) or not isinstance(batch_size, (int, np.integer)) or batch_size <= 0:
             raise ValueError(f"batch size must be a positive integer, got {batch_size!r}")
-        if self.size == 0:
-            raise ValueError("the device replay is empty: call sync_from(storage) after rows were stored")
+        self.require_rows()
         u = torch.rand(int(batch_size), generator=self._generator, device=self.device, dtype=torch.float64)
         return torch.minimum(u.mul_(self._size_f).long(), self._last_index)
+
+    def require_rows(self) -> None:
+        """Raise unless a sync copied rows: a captured draw over size 0 would index slot -1."""
+        if self.size == 0:
+            raise ValueError("the device replay is empty: call sync_from(storage) after rows were stored")
 
     def draw_uniform_into(self, out: torch.Tensor) -> None:
         """Draw ``len(out)`` uniform slots and gather their packed rows into ``out``: device work only."""

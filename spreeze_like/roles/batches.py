@@ -99,8 +99,7 @@ class MirrorBatches:
     def draw(self, runner: Any) -> Drawn:
         """Sync the mirror; prioritized: also fill the runner's static batch (uniform: the update does)."""
         self.sync()
-        if self.size == 0:
-            raise ValueError("the device replay is empty: call sync_from(storage) after rows were stored")
+        self.mirror.require_rows()  # checked here too: a replayed graph draws without calling sample_uniform
         if self.prioritized:
             slots, weights, generations = self.sampler.sample_slots(runner.batch_size)
             indices, dev_weights = self.mirror.upload_indices(slots, weights)
