@@ -34,7 +34,7 @@ peer's favour). Wall clocks start just before ``train()`` / the peer's construct
 **Hyperparameters.** Ours runs what a default run on the env runs: the env's algorithm
 (``presets/algos.toml``) and its preset (e.g. SAC 96-96 on Pendulum-v1, CrossQ on HalfCheetah-v5),
 under the shared settings here; ``--set`` wins. The peers: MLPs 256-256 for SAC, gamma 0.99, tau 0.005
-(SAC), batch 256, 1M replay, ``learning_starts`` (Pendulum 1,000; MuJoCo 10,000 as in rl-zoo), UTD 1, automatic entropy tuning from
+(SAC; ``--peer-tau``), batch 256, 1M replay, ``learning_starts`` (Pendulum 1,000; MuJoCo 10,000 as in rl-zoo), UTD 1, automatic entropy tuning from
 alpha 1 with target -act_dim. Learning rates: ours keeps its defaults for the base env and algorithm
 (SAC's actor ``auto``: 1e-3 on Pendulum-v1, 3e-4 elsewhere; critic 1e-3; alpha 1e-3); every peer has
 one rate for all three and gets rl-zoo's tuned SAC value (Pendulum-v1 1e-3, MuJoCo 3e-4; ``--sb3-lr``,
@@ -128,6 +128,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--sb3-threads", type=int, default=0, help="torch threads for the peers (default 0: "
                         "torch's default, one per core, SB3's fastest on a quiet 2-core machine: 85 vs 57 steps/s "
                         "with 1); SBX's JAX keeps its own thread pool")
+    parser.add_argument("--peer-tau", type=float, default=0.005, help="target-network rate of the SAC peers (SB3 "
+                        "and SBX; default 0.005, their own default): e.g. the tau of our preset, to see how much of a "
+                        "difference in env steps is that setting")
     parser.add_argument("--crossq-critic-units", type=int, default=0, help="SBX CrossQ's critic as N-N units "
                         "(default 0: SBX's own, 1024-1024; 256 matches SAC's networks)")
     parser.add_argument("--logdir", default=None, help="our run folders (default: a scratch folder, removed)")
@@ -150,6 +153,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.eval_every = d_every if args.eval_every is None else args.eval_every
     skipped = {p for flag, peers in SKIPS.items() if getattr(args, "skip_" + flag.replace("-", "_")) for p in peers}
     args.peers = [p for p in dict.fromkeys(args.peers) if p not in skipped]
+    if not 0.0 < args.peer_tau <= 1.0:
+        raise ConfigError(f"--peer-tau {args.peer_tau}: must be in (0, 1]")
     if args.crossq_critic_units < 0:
         raise ConfigError(f"--crossq-critic-units {args.crossq_critic_units}: must be >= 0 (0: SBX's own)")
     if args.skip_ours and not args.peers:

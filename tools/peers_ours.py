@@ -96,12 +96,28 @@ def run_ours(args: argparse.Namespace, seed: int, serial: bool, scratch: Path) -
     # evaluation k = the k-th episode of each evaluator env; its result is known when the last one ends
     per_env = read_episodes(folder, "eval")
     rounds = min((len(e) for e in per_env), default=0)
-    for k in range(rounds):
-        group = [e[k] for e in per_env]
-        mean = sum(r for _, r, _ in group) / len(group)
-        step = next((st for st, r in known if abs(r - mean) < 1e-3 * max(1.0, abs(mean))), -1)
+    groups = [[e[k] for e in per_env] for k in range(rounds)]
+    means = [sum(r for _, r, _ in group) / len(group) for group in groups]
+    for group, mean, step in zip(groups, means, eval_steps(means, known)):
         record.evals.append((max(t for t, _, _ in group) - t0, step, mean))
     return record
+
+
+def eval_steps(means: list[float], known: list[tuple[int, float]]) -> list[int]:
+    """The env step of each recorded evaluation round (-1 where the run's own list has no match).
+
+    ``known`` is the run's evaluations in the order they finished, ``means`` the rounds' mean returns read
+    from the episode files, also in order. Matching walks both lists forward: once a policy has learned,
+    successive evaluations often return the same mean to within 0.1 %, and matching each round against
+    the whole list would stamp it with the first such evaluation's step.
+    """
+    steps, start = [], 0
+    for mean in means:
+        match = next((i for i in range(start, len(known))
+                      if abs(known[i][1] - mean) < 1e-3 * max(1.0, abs(mean))), None)
+        steps.append(-1 if match is None else known[match][0])
+        start = start if match is None else match + 1
+    return steps
 
 
 def reached(folder: Path, t0: float, args: argparse.Namespace) -> bool:

@@ -161,9 +161,23 @@ def test_ours_runs_what_a_default_run_on_the_base_env_gets() -> None:
         default, _ = lay_presets(TrainConfig(env=env), {"env": "flag"})
         ours = config(env)
         assert ours.env == f"{MODULE}:{RECORDED_ID}" and ours.seed == 2
-        assert (ours.algo, ours.hidden_sizes) == (default.algo, default.hidden_sizes), env
+        assert (ours.algo, ours.hidden_sizes, ours.tau) == (default.algo, default.hidden_sizes, default.tau), env
         assert ours.actor_lr == default.resolve().actor_lr, env
         assert (ours.learning_starts, ours.total_steps) == (123, 20_000), env  # the benchmark's shared settings win
     assert config("HalfCheetah-v5").algo == "crossq"
     forced = config("HalfCheetah-v5", algo="sac")
     assert (forced.algo, forced.actor_lr) == ("sac", 3e-4)  # --set wins, and the lr is SAC's on the base env
+    assert config("Pendulum-v1").tau == 0.02 and config("Pendulum-v1", tau=0.005).tau == 0.005
+
+
+def test_evaluation_rounds_get_the_steps_of_their_own_evaluations_in_order() -> None:
+    """A learned policy returns about the same mean at every evaluation: each round must keep its own step."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        from peers_ours import eval_steps
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    known = [(1000, -1500.0), (2000, -141.90), (3000, -141.95), (4000, -141.91)]
+    assert eval_steps([-1500.0, -141.90, -141.95, -141.91], known) == [1000, 2000, 3000, 4000]
+    # a round the run's list lacks (interrupted before it was stored) gets -1 and does not shift the others
+    assert eval_steps([-1500.0, -600.0, -141.90], known) == [1000, -1, 2000]

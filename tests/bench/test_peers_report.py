@@ -25,6 +25,8 @@ from peers_record import RunRecord
 from peers_report import report
 from peers_runners import PEERS, algo_kwargs, shared_kwargs
 
+from spreeze_like.errors import ConfigError
+
 ARGS = argparse.Namespace(env="Pendulum-v1", threshold_train=-250.0, threshold_eval=-200.0, window=1, fixed_wall=0.0)
 
 
@@ -82,6 +84,15 @@ def test_every_peer_gets_the_same_shared_settings_and_crossq_none_of_sacs() -> N
     narrow = bench_vs_sb3.parse_args(["--crossq-critic-units", "256"])
     assert algo_kwargs(narrow, PEERS["sbx-crossq"]) == {"policy_kwargs": {"net_arch": {"pi": [256, 256],
                                                                                         "qf": [256, 256]}}}
+    faster_targets = bench_vs_sb3.parse_args(["--peer-tau", "0.02"])
+    assert algo_kwargs(faster_targets, PEERS["sb3"]) == algo_kwargs(faster_targets, PEERS["sbx"]) == {
+        "tau": 0.02, "policy_kwargs": {"net_arch": [256, 256]}}
+    assert algo_kwargs(faster_targets, PEERS["sbx-crossq"]) == {}  # CrossQ has no target networks to pass it to
+
+
+def test_a_peer_tau_out_of_range_is_one_error_line() -> None:
+    with pytest.raises(ConfigError, match="--peer-tau 0.0: must be in"):
+        bench_vs_sb3.parse_args(["--peer-tau", "0"])
 
 
 @pytest.mark.skipif(importlib.util.find_spec("sbx") is None,
