@@ -34,8 +34,8 @@ peer's favour). Wall clocks start just before ``train()`` / the peer's construct
 **Hyperparameters.** Ours runs what a default run on the env runs: the env's algorithm
 (``presets/algos.toml``) and its preset (e.g. SAC 96-96 on Pendulum-v1, CrossQ on HalfCheetah-v5),
 under the shared settings here; ``--set`` wins. The peers: MLPs 256-256 for SAC, gamma 0.99, tau 0.005
-(SAC; ``--peer-tau``), batch 256, 1M replay, ``learning_starts`` (Pendulum 1,000; MuJoCo 10,000 as in rl-zoo), UTD 1, automatic entropy tuning from
-alpha 1 with target -act_dim. Learning rates: ours keeps its defaults for the base env and algorithm
+(SAC; ``--peer-tau``), batch 256, 1M replay, ``learning_starts`` (Pendulum 1,000; MuJoCo 10,000 as in
+rl-zoo), UTD 1, automatic entropy tuning from alpha 1 with target -act_dim. Learning rates: ours keeps its defaults for the base env and algorithm
 (SAC's actor ``auto``: 1e-3 on Pendulum-v1, 3e-4 elsewhere; critic 1e-3; alpha 1e-3); every peer has
 one rate for all three and gets rl-zoo's tuned SAC value (Pendulum-v1 1e-3, MuJoCo 3e-4; ``--sb3-lr``,
 all peers alike). Threads: ours 1 torch thread per process; the peers torch's default
