@@ -13,10 +13,11 @@ the benchmark's scratch folder, which the benchmark removes.
 peers' learning rate ``--sb3-lr`` (rl-zoo's for the env) for actor, critic and alpha, 1M replay,
 ``learning_starts``, batch 256, gamma 0.99, UTD 1 (train_freq 1, gradient_steps 1), entropy tuned
 from alpha 1 to -act_dim, the seed. SAC (SB3 and SBX alike) adds tau 0.005 (their default;
-``--peer-tau`` changes it) and MLPs 256-256 (SBX's policy_delay stays its default, 1). CrossQ adds nothing of SAC's: it has no target networks (no tau)
-and keeps what makes it CrossQ as SBX ships it: policy delay 3 (the paper's), Batch Renormalization
-in actor and critic, Adam beta1 0.5, an actor 256-256 and a critic 1024-1024 (``--crossq-critic-units
-N`` makes the critic N-N, e.g. 256 to match SAC's networks).
+``--peer-tau`` changes it) and MLPs 256-256 (SBX's policy_delay stays its default, 1). CrossQ adds
+nothing of SAC's: it has no target networks (no tau) and keeps what makes it CrossQ as SBX ships it:
+policy delay 3 (the paper's), Batch Renormalization in actor and critic, Adam beta1 0.5, an actor
+256-256 and a critic 1024-1024 (``--crossq-critic-units N`` makes the critic N-N, e.g. 256 to match
+SAC's networks).
 
 **Devices.** SB3 gets ``--peer-device`` as ``device=`` (SB3 itself falls back to the CPU silently when
 asked for an absent GPU; here that is an error). SBX: JAX chooses its platform; ``cpu`` sets
