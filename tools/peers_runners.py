@@ -178,8 +178,8 @@ def shared_kwargs(args: argparse.Namespace, peer: Peer, seed: int) -> dict:
 def algo_kwargs(args: argparse.Namespace, peer: Peer) -> dict:
     """What the algorithm adds: SAC's target networks and MLPs; CrossQ's own defaults, bar the critic width."""
     if peer.algo == "sac":
-        return {"tau": getattr(args, "peer_tau", 0.005), "policy_kwargs": {"net_arch": [256, 256]}}
-    units = getattr(args, "crossq_critic_units", 0)
+        return {"tau": args.peer_tau, "policy_kwargs": {"net_arch": [256, 256]}}
+    units = args.crossq_critic_units
     return {"policy_kwargs": {"net_arch": {"pi": [256, 256], "qf": [units, units]}}} if units else {}
 
 

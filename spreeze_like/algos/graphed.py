@@ -38,9 +38,10 @@ fresh noise (the generator's offset advances per replay, as in eager mode).
 Blocks of updates (``updates_per_replay`` K > 1, only where ``fill`` draws each update's batch on
 the device): the runner takes K updates and runs them together when the K-th is due, from one graph
 holding K whole updates (each with its own draw), so the graph launch is paid once per K updates
-(the caller's bookkeeping per update, counters and syncs, is not). Until then the taken updates are *pending*: the caller counts them
-(``LearnerRole.updates`` = done + pending) and :meth:`drain` runs them one by one before anything
-reads the weights as of a count (flush, checkpoint), so update counts stay exact. A pending update
+(the caller's bookkeeping per update, counters and syncs, is not). Until then the taken updates are
+*pending*: the caller counts them (``LearnerRole.updates`` = done + pending) and :meth:`drain` runs
+them one by one before anything reads the weights as of a count (flush, checkpoint), so update
+counts stay exact. A pending update
 draws its batch when it runs, from the rows synced by then. The block graph is keyed by the
 variants of its K updates (TD3's delayed target update falls at a fixed place in it).
 
