@@ -14,7 +14,8 @@ Sections (each records what it ran; a section that fails records its error and t
   measurement behind ``--learner-step auto``.
 * ``critic``: ``CriticLearner.update()`` frames/s at batch 256 ... 65536 (HalfCheetah sizes, SAC
   256x256), with the device replay mirror, and at batch 256 without it, and with 2, 4 and 8 updates
-  per graph replay (``--updates-per-graph``; on CUDA also 4 with ``compiled-graph``).
+  per graph replay (``--updates-per-graph``; on CUDA also 4 with ``compiled-graph``), and with the
+  weights published and loaded every 8th update instead of every one (``--weight-sync-period 8``).
 * ``peer``: the in-run peer, an eager single-process SAC written from the algorithm
   (tools/eager_sac_peer.py), at batch 256: its critic updates/s and full SAC updates/s, and our
   ratios to it.
@@ -92,6 +93,8 @@ def _critic(device: str, quick: bool) -> dict:
     for k in (2, 4, 8) if not quick else (4,):  # blocks of updates per graph replay (--updates-per-graph)
         out[f"block{k}/256"] = critic_update_rate(device, 256, storage, seconds, device_replay="on",
                                                   updates_per_graph=k)
+    # the weights' host traffic (publish + load every update at --weight-sync-period 1) against every 8th
+    out["sync8/256"] = critic_update_rate(device, 256, storage, seconds, device_replay="on", sync_period=8)
     if device.startswith("cuda"):  # the inductor-fused step inside our graph (tens of seconds to compile)
         for b in (256, 65536):
             try:

@@ -209,17 +209,28 @@ def test_weight_transfer_round_trip(device):
     board = LocalBoard()
     publisher = FlatPublisher(part.published_tensors(), board)
     loader = FlatLoader(other.copy_tensors(), board)
+
+    def publish_and_load(version: int) -> None:
+        publisher.request()
+        publisher.poll(block=True)
+        assert board.version() == version
+        loader.refresh()
+        if device != "cpu":
+            torch.cuda.synchronize()
+        np.testing.assert_array_equal(get_flat(other.copy_tensors()), get_flat(part.published_tensors()))
+        assert loader.version == version
+
+    # both keep flat views made once: they must see every in-place change, and a checkpoint load
     with torch.no_grad():
         for t in part.published_tensors():
             t.add_(1.0)
-    publisher.request()
-    publisher.poll(block=True)
-    assert board.version() == 1
-    loader.refresh()
-    if device != "cpu":
-        torch.cuda.synchronize()
-    np.testing.assert_array_equal(get_flat(other.copy_tensors()), get_flat(part.published_tensors()))
-    assert loader.version == 1
+    publish_and_load(1)
+    with torch.no_grad():
+        for t in part.published_tensors():
+            t.mul_(-0.5)
+    publish_and_load(2)
+    part.load_state_dict(make_critic_part(dataclasses.replace(spec(), seed=7), device).state_dict())
+    publish_and_load(3)
 
 
 @pytest.mark.parametrize("device", DEVICES)
