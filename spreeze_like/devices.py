@@ -58,6 +58,19 @@ def cuda_device_count() -> int:
         return 0
 
 
+def bind_learner_device(device: str) -> None:
+    """Make a learner process's GPU its current CUDA device, before it makes any CUDA object.
+
+    Without it a learner on ``cuda:1`` keeps ``cuda:0`` current: a CUDA context and pinned-memory
+    bookkeeping there, and every call that means "the current device" (an event recorded without a
+    stream, a graph's generator state) on the other GPU. Nothing to do on the CPU.
+    """
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.set_device(torch.device(device))
+
+
 def cpu_has_native_bf16() -> bool:
     """True when /proc/cpuinfo lists avx512_bf16 or amx_bf16 (False where there is no /proc/cpuinfo)."""
     try:

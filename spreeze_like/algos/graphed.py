@@ -50,6 +50,7 @@ Owns device tensors and graphs of its process only; nothing shared, nothing to c
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -112,6 +113,10 @@ class StepRunner:
                  with_weights: bool = False, begin: Callable[[], None] | None = None, mode: str = "eager",
                  warmup: int = 3, fill: Callable[[StepRunner], None] | None = None,
                  generators: Sequence[torch.Generator] = (), updates_per_replay: int = 1) -> None:
+        if mode in GRAPH_MODES and warmup < 1:
+            # the optimiser's state and the metric sums are made by the first update: made inside a capture,
+            # their zero-fill would be replayed every update
+            raise ValueError(f"warmup must be >= 1 eager update before a capture, got {warmup}")
         self.part, self.batch_size, self.mode, self.warmup = part, batch_size, mode, warmup
         self.fill, self.generators = fill, tuple(generators)
         if isinstance(updates_per_replay, bool) or not isinstance(updates_per_replay, int) or updates_per_replay < 1:
@@ -139,6 +144,7 @@ class StepRunner:
         self._graphs: dict[Any, tuple[torch.cuda.CUDAGraph, Any]] = {}  # a variant, or ("block", variants)
         self._eager_runs: dict[int, int] = {}
         self._stream = torch.cuda.Stream(device) if mode in GRAPH_MODES else None
+        self._cuda_index = torch.device(device).index if mode in GRAPH_MODES else None
         self.captures = 0
 
     def reset(self) -> None:
@@ -168,19 +174,36 @@ class StepRunner:
         that ran, None before the first block).
         """
         if self.block == 1:
-            return self._run_one(batch)
+            with self._on_device():
+                return self._run_one(batch)
         if batch is not None:
             raise ValueError("block mode draws every batch inside the update: do not pass one")
         self.pending += 1
         if self.pending == self.block:
-            self._run_block()
+            with self._on_device():
+                self._run_block()
         return self._out
 
     def drain(self) -> None:
         """Run the pending updates now, one by one (before a flush, a checkpoint or a weight read)."""
+        with self._on_device():
+            self._drain()
+
+    def _drain(self) -> None:
         while self.pending:
             self.pending -= 1
             self._out = self._run_one()
+
+    def _on_device(self) -> Any:
+        """The learner's GPU as the current device while graphs are captured and replayed.
+
+        A capture registers the generators' graph state on the current device and a replay's
+        prologue fills it there; a learner process makes its device current at start
+        (``devices.bind_learner_device``), but serial mode holds two learners, on two GPUs if there are two.
+        """
+        if self._cuda_index is None or torch.cuda.current_device() == self._cuda_index:
+            return contextlib.nullcontext()
+        return torch.cuda.device(self._cuda_index)
 
     def _block_key(self) -> tuple[int, ...]:
         updates = self.part.updates
@@ -206,7 +229,7 @@ class StepRunner:
         # block has its own graph, i.e. has warmed up; then capture the block and replay it from now on
         ready = self.mode in GRAPH_MODES and all(v in self._graphs for v in key[1])
         if not ready:
-            self.drain()
+            self._drain()
             return
         self._graphs[key] = self._capture(self.block)
         self._run_block()

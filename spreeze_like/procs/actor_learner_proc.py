@@ -22,6 +22,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from spreeze_like.devices import bind_learner_device
 from spreeze_like.procs.control import (
     EXIT,
     FINISH,
@@ -55,6 +56,7 @@ def run(args: ChildArgs) -> None:
         # build.replay_samplers makes the critic's sampler too; with --prioritized it needs the tree for that
         tree = shm.tree(derive_seed(cfg.seed, "replay/critic")) if cfg.prioritized else None
         _, sampler = build.replay_samplers(cfg, storage, tree)
+        bind_learner_device(cfg.actor_device)
         learner = build.actor_learner(cfg, spec, sampler, shm.board("critic", "reader"), shm.board("actor", "writer"),
                                       row)
         restore(learner, args, args.role)

@@ -29,6 +29,7 @@ import os
 import time
 from typing import Any
 
+from spreeze_like.devices import bind_learner_device
 from spreeze_like.errors import ConfigError
 from spreeze_like.procs import pacing
 from spreeze_like.procs.control import (
@@ -79,6 +80,7 @@ def run(args: ChildArgs) -> None:
         writer = ReplayWriter(sampler, args.segments.layout, block.role("replay"))
         # every sampler row's ring: the local samplers' and the remote ones' (written by the ray-bridge)
         feeder = RingFeeder([shm.ring(i, "reader") for i in range(cfg.sampler_rows)], writer, row)
+        bind_learner_device(cfg.critic_device)
         learner = build.critic_learner(cfg, spec, sampler, shm.board("actor", "reader"), shm.board("critic", "writer"),
                                        row)
         if mode == "thread" and type(learner.batches).__name__ == "MirrorBatches":

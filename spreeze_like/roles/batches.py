@@ -124,6 +124,7 @@ class PendingPriorities:
         if self.cuda:
             self._pinned = torch.empty(batch_size, dtype=torch.float32, pin_memory=True)
             self._event = torch.cuda.Event()
+            self._stream = torch.cuda.current_stream(device)  # the copy's: not the current device's, if another
 
     def push(self, td_errors: torch.Tensor, slots: np.ndarray, generations: np.ndarray) -> None:
         if not self.cuda:
@@ -131,7 +132,7 @@ class PendingPriorities:
             return
         self.poll(block=True)  # at most one in flight: by now it landed long ago (one update later)
         self._pinned.copy_(td_errors.detach().float(), non_blocking=True)
-        self._event.record()
+        self._event.record(self._stream)
         self._pending = (slots, generations)
 
     def poll(self, block: bool = False) -> None:

@@ -186,7 +186,10 @@ class LearnerRole:
         return {"part": self.part.state_dict(), "updates": self.part.updates}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
+        # graphs first: the load makes new optimiser state tensors, which captured graphs would miss (and
+        # pending updates of a block would run on the loaded weights with the old graphs)
+        self.runner.drain()
+        self.runner.reset()
         self.part.load_state_dict(state["part"])
         self.part.updates = int(state["updates"])
-        self.runner.reset()  # the optimiser's state tensors are new objects: captured graphs would miss them
         self.publish()

@@ -30,6 +30,10 @@ Why not CUDA IPC between the two learners: the actor vector must reach host memo
 samplers anyway, and the critic vector (~0.5 MB for 256x256 twin Q) is one small copy (estimated tens of microseconds over PCIe, not measured here); one
 path for every layout (one GPU, two GPUs, GPU + CPU) is worth more than that.
 
+Events are recorded on the tensors' device's stream, named: ``Event.record()`` alone records on the
+process's current device, which is another GPU when a process's learner is not on it (serial mode
+on two GPUs), and the event would then pass before the copy it guards.
+
 Owns pinned host buffers and device buffers of its process only; a crash frees them with it.
 """
 
@@ -76,6 +80,7 @@ class FlatPublisher:
         self._host = self._pinned.numpy()
         if self.cuda:
             self._event = torch.cuda.Event()
+            self._stream = torch.cuda.current_stream(self._flat.device)  # the copies' stream (events are recorded on it)
 
     def publish_now(self) -> int:
         """Publish synchronously (start-up, checkpoints, the end of a run); returns the board version."""
@@ -118,7 +123,7 @@ class FlatPublisher:
         with torch.no_grad():
             torch.cat(self._pieces, out=self._flat)
             self._pinned.copy_(self._flat, non_blocking=True)
-        self._event.record()
+        self._event.record(self._stream)
         self.in_flight = True
 
 
@@ -134,6 +139,7 @@ class FlatLoader:
         self._host = self._pinned.numpy()
         if self.cuda:
             self._event = torch.cuda.Event()
+            self._stream = torch.cuda.current_stream(self._flat.device)  # the copies' stream (events are recorded on it)
             self._pending = False
 
     def refresh(self) -> int:
@@ -151,7 +157,7 @@ class FlatLoader:
                 self._flat.copy_(self._pinned, non_blocking=True)
             torch._foreach_copy_(self.tensors, self._views)
         if self.cuda:
-            self._event.record()
+            self._event.record(self._stream)
             self._pending = True
         self.version = version
         return version

@@ -29,6 +29,10 @@ def test_bench_gpu_quick_on_cpu_writes_every_section(tmp_path):
     assert results["critic"]["host/256"]["device_replay"] == "HostBatches"
     block = results["critic"]["block4/256"]  # four updates per replay: every timed update ran
     assert block["updates_per_graph"] == 4 and block["pending_at_stop"] == 0 and block["updates_per_s"] > 0
+    entry_errors = {k: v["error"] for k, v in results["critic"].items() if isinstance(v, dict) and "error" in v}
+    assert not entry_errors, entry_errors  # an entry records its own error and the others go on
+    assert results["critic"]["sync8/256"]["updates_per_s"] > 0
+    assert "critic mirror/256:" in proc.stdout  # each entry is printed as it lands (a cut-short section keeps them)
     assert results["critic"]["best"]["frames_per_s"] > 0
     assert results["peer"]["critic_updates_per_s"] > 0 and results["peer"]["ratio_ours_over_peer_critic"] > 0
     dual = results["dual"]
