@@ -141,6 +141,20 @@ def test_mirror_batches_are_drawn_inside_the_update_over_the_latest_sync(device)
     assert drawn.max() < 440 and (drawn >= 40).mean() > 0.8  # 400 of 440 rows are new: about 91 % of draws
     actor.update()
     assert batch_slots(actor, storage).max() < 440
+    # the FIFO wraps (1,140 rows into 1,024 slots): the same graph gathers the overwritten slots' new rows
+    storage.add(rng.normal(size=(700, 5)), rng.uniform(-1, 1, (700, 2)), rng.normal(size=700),
+                rng.normal(size=(700, 5)), np.zeros(700, np.float32))
+    assert storage.size == storage.capacity == 1024
+    wrapped = []
+    for _ in range(4):
+        critic.update()
+        wrapped.append(batch_slots(critic, storage))
+        for name in CRITIC_INPUTS:
+            got = critic.runner.inputs[name].cpu().numpy()
+            np.testing.assert_array_equal(got, getattr(storage, name)[wrapped[-1]].reshape(got.shape), err_msg=name)
+    assert (np.concatenate(wrapped) < 116).any()  # slots 0..115 hold the newest rows now: drawn too
+    if device != "cpu":
+        assert critic.runner.captures == 1
 
 
 def close(a: np.ndarray, b: np.ndarray, device: str) -> None:
@@ -152,7 +166,7 @@ def close(a: np.ndarray, b: np.ndarray, device: str) -> None:
 
 
 @pytest.mark.parametrize("device", DEVICES)
-@pytest.mark.parametrize("algo", ["sac", "td3"])
+@pytest.mark.parametrize("algo", ["sac", "td3", "crossq"])
 def test_blocks_of_updates_run_when_the_last_is_due_and_keep_counts_exact(device, algo):
     """--updates-per-graph 4: the updates taken wait for their block, run together (on CUDA from one graph,
     once every variant has warmed up), and make the same updates as one at a time; a flush runs what is
