@@ -25,33 +25,20 @@ Remote samplers (``--ray ADDRESS --remote-samplers R``): sampler rows ``sampler-
 are local processes, ``sampler-L .. sampler-(L+R-1)`` remote actors that the ``ray-bridge`` child
 (:mod:`spreeze_like.procs.ray_bridge_proc`, the only Ray driver) runs and whose rings and rows it
 writes. Every row has a ring, a stats row and a quota (the control row's ``quota-<i>``), and counts
-in the global step and the end-of-sampling check. Before any segment, a preflight checks that Ray is
-installed (``importlib.util.find_spec``: this process never imports ray) and that the cluster's
-address accepts a TCP connection within :data:`RAY_CONNECT_S`; either failure is one line, exit
-status 2. When the bridge gives a remote sampler up (``abandoned`` in its row) with steps of its quota
-left, the supervisor hands them to the local samplers (:meth:`Supervisor._reassign_abandoned`), or
-ends the run with one line when no sampler is left to take them.
+in the global step and the end-of-sampling check. The ``--ray`` preflight before any segment, the
+quotas, and the hand-over of an abandoned remote sampler's steps: :mod:`spreeze_like.procs.sampler_rows`.
 
-Stop order (end of training, Ctrl-C, SIGTERM or a failure): samplers stop (phase ``FINISH``: the
-learners then catch up to the UTD budget on the data collected; ``HALT``: they only finish the
-update in hand), a final checkpoint is assembled, the final evaluation runs (normal end only),
-phase ``EXIT`` lets the monitor flush TensorBoard and every child return, children are joined,
-segments unlinked. A second Ctrl-C or SIGTERM skips to the joins (children killed), still
-unlinking; from then on further signals are ignored until the cleanup is done (exit status 130
-after Ctrl-C, 143 after SIGTERM, the final ``status.json`` written).
+The stop order (end of training, Ctrl-C, SIGTERM or a failure), the final checkpoint and evaluation
+and the joins: :mod:`spreeze_like.procs.shutdown`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import json
 import math
 import multiprocessing
 import os
 import signal
 import sys
-import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import wait
@@ -59,58 +46,43 @@ from pathlib import Path
 from typing import Any
 
 from spreeze_like.algos.spec import AlgoSpec
-from spreeze_like.checkpoint import interrupted_line, resume_hint
-from spreeze_like.config import TrainConfig, parse_ray_address, resolve_ray_address, unreachable_reason
+from spreeze_like.checkpoint import resume_hint
+from spreeze_like.config import TrainConfig
 from spreeze_like.envs import env_info
-from spreeze_like.errors import ConfigError, ShmError, SpreezeError
+from spreeze_like.errors import ShmError, SpreezeError
 from spreeze_like.ipc import new_run_id
 from spreeze_like.ipc.naming import sweep_shm
 from spreeze_like.procs import pacing
 from spreeze_like.procs.children import RESTART_WINDOW_S, RoleProcess, StopSignals, describe_exit
 from spreeze_like.procs.control import (
     CONTROL,
-    EXIT,
     EXIT_ROLE_ERROR,
     EXIT_USER_ERROR,
-    FINISH,
-    HALT,
     RAY_BRIDGE,
     STARTING,
-    STARTUP_SLOTS,
     SUPERVISOR,
     ChildArgs,
     error_file,
     parallel_schema,
     process_start_time,
-    quota_slot,
     set_state,
 )
-from spreeze_like.procs.descendants import Reaper, kill_tagged
-from spreeze_like.procs.evaluator_proc import read_results
+from spreeze_like.procs.descendants import Reaper
 from spreeze_like.procs.hangs import HangWatch
-from spreeze_like.procs.parts import LEARNERS, CheckpointCoordinator, remove_parts
+from spreeze_like.procs.parts import LEARNERS, CheckpointCoordinator
+from spreeze_like.procs.sampler_rows import SamplerQuotas, preflight_ray
 from spreeze_like.procs.segments import OwnedSegments, RunSegments, vector_sizes
+from spreeze_like.procs.shutdown import force_stop, shutdown
 from spreeze_like.procs.status import eval_history, trim_eval_history, write_status
 from spreeze_like.remote.sizing import remote_batch_rows
 from spreeze_like.results import TrainResult
-from spreeze_like.roles.monitor import REMOTE_INFO_FILE, read_remote_info
+from spreeze_like.roles.monitor import read_remote_info
 from spreeze_like.rundir import RunContext
 from spreeze_like.seeding import derive_seed
 from spreeze_like.write_guard import WriteGuard
 
-HALT_WAIT_S = 5.0  # Ctrl-C: learners finish the update in hand within this, or the checkpoint is skipped
-JOIN_S = 10.0
 DEFER_MAX_S = 60.0  # the evaluator and monitor start after the learners' first updates, or after this at the latest
-RAY_CONNECT_S = 5.0  # --ray's preflight: the cluster's GCS port must accept a TCP connection within this
-RAY_MISSING = 'error: --ray needs Ray: pip install "spreeze_like[ray]"'
 BRIDGE_MODULE = "ray_bridge_proc"  # the ray-bridge's body under spreeze_like.procs (tests name a stand-in)
-STARTUP_FILE = "startup.json"  # start-up timestamps of the run's processes (docs/startup.md)
-
-
-class RoleFailedError(SpreezeError):
-    """A learner died or hung: the run ends with its last good checkpoint (exit status 1)."""
-
-    exit_code = 1
 
 
 def run_parallel(config: TrainConfig, context: RunContext, print_fn: Callable[[str], None] = print) -> TrainResult:
@@ -119,7 +91,11 @@ def run_parallel(config: TrainConfig, context: RunContext, print_fn: Callable[[s
 
 
 class Supervisor:
-    """See the module docstring."""
+    """See the module docstring.
+
+    :meth:`tick`, :meth:`global_step`, :meth:`finish_checkpoint` and :meth:`last_checkpoint` are public:
+    the end of the run (:mod:`spreeze_like.procs.shutdown`) calls them on this object.
+    """
 
     def __init__(self, config: TrainConfig, context: RunContext, print_fn: Callable[[str], None] = print) -> None:
         self.config, self.context, self._print = config, context, print_fn
@@ -143,10 +119,9 @@ class Supervisor:
         # every sampler row, remote ones included (a resume may change the number of either: missing rows start at 0)
         self.restored = [(int(s.get("env_steps", 0)), int(s.get("episodes", 0)))
                          for s in (payload.get("roles", {}).get(f"sampler-{i}", {}) for i in range(config.sampler_rows))]
-        self.quotas: list[int] = []  # per sampler row, what the control row's quota-<i> holds (only this process writes)
         self._remote_info: dict[str, Any] | None = None  # the last remote_samplers.json read whole
         self.ray_address: str | None = None  # --ray resolved (auto: $RAY_ADDRESS or the local default) by the preflight
-        self.startup: dict[str, float] = {}  # this process's start-up timestamps (monotonic s), see _write_startup
+        self.startup: dict[str, float] = {}  # this process's start-up timestamps (monotonic s), see write_startup
 
     def say(self, line: str) -> None:
         self._print(line)
@@ -160,7 +135,8 @@ class Supervisor:
             self.say(f"[spreeze] {line}")
         self.signals.install()
         try:
-            self._preflight_ray()  # before any segment: a missing Ray or a dead address costs nothing to undo
+            # before any segment: a missing Ray or a dead address costs nothing to undo
+            self.ray_address = preflight_ray(self.config)
             self._create_segments()
             self.startup["t_segments"] = time.monotonic()
             self.reaper.start()  # before any role: kills their envs' processes if this process is SIGKILLed
@@ -168,7 +144,7 @@ class Supervisor:
             self.state = "running"
             self._watch()
             self.startup["t_sampled"] = time.monotonic()  # the end's phases too (docs/startup.md): sampling over
-            return self._shutdown(t0)
+            return shutdown(self, t0)
         except SpreezeError as exc:  # status.json says why (a full /dev/shm, a learner's NaN stop, ...)
             self.failure = self.failure or str(exc)
             self.state = "failed"
@@ -182,32 +158,13 @@ class Supervisor:
         finally:
             self.signals.hold()  # nothing below may be cut short by another signal (finding 18)
             try:
-                self._force_stop()
+                force_stop(self)
                 self._write_status(force=True)
             finally:
                 if self.owned is not None:
                     self.owned.unlink_all()
                 self.reaper.stop()
                 self.signals.restore()
-
-    def _preflight_ray(self) -> None:
-        """``--ray``: Ray installed, and the cluster's address accepting a TCP connection (one line, exit 2).
-
-        Only a connection is tried, never ``import ray`` (this process stays light; the bridge is the
-        one Ray driver), so a wrong Ray version or a token mismatch is the bridge's one line later.
-        """
-        cfg = self.config
-        if cfg.ray is None:
-            return
-        if importlib.util.find_spec("ray") is None:
-            raise ConfigError(RAY_MISSING.removeprefix("error: "))
-        self.ray_address = resolve_ray_address(cfg.ray)
-        host, port = parse_ray_address(cfg.ray)
-        said = f"--ray {cfg.ray}" + (f" ({self.ray_address})" if self.ray_address != cfg.ray else "")
-        why = unreachable_reason(host, port, RAY_CONNECT_S)
-        if why is not None:
-            raise ConfigError(f"{said}: no Ray cluster answers at {host}:{port} ({why}; waited up to {RAY_CONNECT_S:.0f} s); "
-                              f"start one there (ray start --head --port={port}) or give its head's host:port")
 
     def _create_segments(self) -> None:
         cfg = self.config
@@ -236,9 +193,8 @@ class Supervisor:
         self.me = self.block.role(SUPERVISOR)
         self.me.claim()
         # Each row's quota is in the control row before any sampler or the bridge exists (they read it every loop).
-        self.quotas = pacing.sampler_quotas(cfg.total_steps - self.context.start_step, cfg.sampler_rows)
-        for i, quota in enumerate(self.quotas):
-            self.control.set(quota_slot(i), float(quota))
+        self.quotas = SamplerQuotas(cfg, self.block, self.control, cfg.total_steps - self.context.start_step,
+                                    self.run_dir, self.say)
         self.ckpt = CheckpointCoordinator(self.run_dir, self.control, cfg, self.context.generation, self.restored,
                                           self.context.checkpoint_path)
         # Samplers may collect the warm-up while the learners are still importing torch: the critic
@@ -303,22 +259,22 @@ class Supervisor:
         every = self.config.checkpoint_every
         next_ckpt = (self.context.start_step // every + 1) * every if every > 0 else math.inf
         while self.signals.received is None and self.failure is None:
-            self._tick()
+            self.tick()
             if self.failure is not None:
                 return
             snap = self.block.snapshot()
-            steps = self._global_step(snap)
+            steps = self.global_step(snap)
             if self.ckpt.pending:
-                self._finish_checkpoint(snap, timeout_s=120.0)
+                self.finish_checkpoint(snap, timeout_s=120.0)
             elif steps >= next_ckpt:
                 next_ckpt = (steps // every + 1) * every
                 self.ckpt.ask()
-            if self._sampling_done(snap):
+            if self.quotas.sampling_done(snap):
                 return
             if self._reached_return(snap["evaluator"]):
                 return
 
-    def _tick(self, timeout: float = 0.05) -> None:
+    def tick(self, timeout: float = 0.05) -> None:
         """Wait a little for a child to exit, then handle deaths, restarts, hangs and the status file."""
         # read each sentinel once: a child that dies between two reads would hand wait() a None
         sentinels = [s for s in (c.sentinel for c in self.children.values()) if s is not None]
@@ -345,7 +301,9 @@ class Supervisor:
                 self.say(f"[spreeze] {child.role} restarted (pid {child.pid}, restart {child.restarts})")
         self._check_hangs(now)
         if self.config.remote_samplers > 0 and self.failure is None and self.state == "running":
-            self._reassign_abandoned()
+            stranded = self.quotas.reassign_abandoned(self._resume_hint)
+            if stranded is not None:
+                self.user_error = self.failure = stranded
         self._write_status()
 
     def _on_death(self, child: RoleProcess, now: float) -> None:
@@ -376,52 +334,7 @@ class Supervisor:
                 self.failure = (f"{hang.role} (pid {hang.child.pid}) hung for {hang.age:.0f} s and was killed; "
                                 f"{self._resume_hint()}")
 
-    def _sampling_done(self, snap: dict[str, dict[str, float]]) -> bool:
-        """Every sampler row, remote ones included, is done with its quota as it stands now.
-
-        ``done`` alone is not enough: a local sampler that finished its quota is still ``done`` for an
-        instant after :meth:`_reassign_abandoned` raised it.
-        """
-        return all(snap[f"sampler-{i}"]["done"] and snap[f"sampler-{i}"]["env_steps"] >= quota
-                   for i, quota in enumerate(self.quotas))
-
-    def _reassign_abandoned(self) -> None:
-        """Hand the steps left of each remote sampler the bridge gave up to the samplers still there.
-
-        The bridge kills the actor and drops its late rows before it sets ``abandoned``, so the row's
-        ``env_steps`` (read after ``abandoned``) is final. Its quota becomes that count and the rest goes
-        to the local samplers, split evenly (exact total); with no local sampler, to the remote samplers
-        not given up. With neither, the run ends with one line (exit status 2).
-        """
-        cfg = self.config
-        for i in range(cfg.samplers, cfg.sampler_rows):
-            row = self.block.role(f"sampler-{i}")
-            if not row.get("abandoned"):
-                continue
-            taken = int(row.get("env_steps"))
-            left = self.quotas[i] - taken
-            if left <= 0:
-                continue
-            receivers = list(range(cfg.samplers)) or [
-                j for j in range(cfg.samplers, cfg.sampler_rows)
-                if j != i and not self.block.role(f"sampler-{j}").get("abandoned")]
-            if not receivers:
-                self.user_error = self.failure = (
-                    f"no sampler can be placed: remote sampler-{i} was given up with {left:,} of its env steps left "
-                    f"and no local or remote sampler is left to take them (see the ray-bridge's line above and "
-                    f"{self.run_dir / REMOTE_INFO_FILE}); add Ray nodes with free CPUs or local samplers (--samplers N) "
-                    f"and resume: {self._resume_hint()}")
-                return
-            new = pacing.reassign_quota(self.quotas, i, taken, receivers)
-            for j in receivers:  # raise the receivers first: the total never dips below the run's steps
-                self.control.set(quota_slot(j), float(new[j]))
-            self.control.set(quota_slot(i), float(new[i]))
-            self.quotas = new
-            who = ", ".join(f"sampler-{j}" for j in receivers)
-            self.say(f"[spreeze] remote sampler-{i} was given up after {taken:,} env steps; its {left:,} steps left go "
-                     f"to {who}")
-
-    def _global_step(self, snap: dict[str, dict[str, float]]) -> int:
+    def global_step(self, snap: dict[str, dict[str, float]]) -> int:
         steps = self.context.start_step + int(sum(snap[f"sampler-{i}"]["env_steps"]
                                                   for i in range(self.config.sampler_rows)))
         self.me.set("env_steps", float(steps))
@@ -441,121 +354,14 @@ class Supervisor:
         return True
 
     # --- checkpoints ----------------------------------------------------------------------------------------
-    def _finish_checkpoint(self, snap: dict[str, dict[str, float]], timeout_s: float) -> bool:
+    def finish_checkpoint(self, snap: dict[str, dict[str, float]], timeout_s: float) -> bool:
         """Assemble the pending checkpoint if the learners wrote their parts; True once settled."""
         with self.signals.deferred():  # a forcing signal lets the checkpoint being written finish first
-            outcome = self.ckpt.try_finish(snap, self._global_step(snap), eval_history(self.run_dir), timeout_s)
+            outcome = self.ckpt.try_finish(snap, self.global_step(snap), eval_history(self.run_dir), timeout_s)
         if outcome == "skipped":
             self.say(f"[spreeze] checkpoint {self.ckpt.request} not acknowledged by the learners in "
                      f"{timeout_s:.0f} s; skipped")
         return outcome != "waiting"
-
-    # --- stopping --------------------------------------------------------------------------------------------
-    def _wait_for(self, done: Callable[[], bool], timeout_s: float, stop_on_signal: bool = True) -> bool:
-        """Tick until ``done()``; False on timeout, a failure, or (``stop_on_signal``) a Ctrl-C/SIGTERM."""
-        deadline = time.monotonic() + timeout_s
-        while not done():
-            if time.monotonic() > deadline or self.failure is not None:
-                return False
-            if stop_on_signal and self.signals.received is not None:
-                return False
-            self._tick(0.02)
-        return True
-
-    def _learners_done(self) -> bool:
-        return all(self.block.role(r).get("done") for r in LEARNERS)
-
-    def _shutdown(self, t0: float) -> TrainResult:
-        finished = self.signals.received is None and self.failure is None
-        settled = False
-        if finished:  # learners catch up on the data collected, at the UTD ratio
-            self.state = "finishing"
-            self.control.set("phase", float(FINISH))
-            # The final checkpoint needs torch here (~0.8 s to import): import it while the learners catch up,
-            # not after them (the checkpoint code's own import then waits for this one; docs/startup.md).
-            threading.Thread(target=importlib.import_module, args=("torch",), name="import-torch", daemon=True).start()
-            settled = self._wait_for(self._learners_done, 3600.0)
-            self.startup["t_learned"] = time.monotonic()
-            finished = self.signals.received is None and self.failure is None
-            if finished and not settled:
-                self.failure = "the learners did not finish within an hour of the last env step"
-        if not finished:  # learners finish the update in hand only
-            self.state = "stopping"
-            self.control.set("phase", float(HALT))
-            if self.signals.received is not None:
-                self.say("[spreeze] stopping: samplers stopped, learners finish their update, then a checkpoint "
-                         "(press Ctrl-C again to force)")
-            settled = self._wait_for(self._learners_done, HALT_WAIT_S, stop_on_signal=False)
-        if settled and self.failure is None:
-            timeout = 60.0 if finished else HALT_WAIT_S
-            self.ckpt.ask()
-            self._wait_for(lambda: self._finish_checkpoint(self.block.snapshot(), timeout), timeout + 5.0,
-                           stop_on_signal=False)
-            self.startup["t_checkpointed"] = time.monotonic()
-        final = self._final_evaluation() if finished and self.failure is None else None
-        self.startup["t_evaluated"] = time.monotonic()
-        if finished:  # a short run on a loaded machine can end before the (deferred) monitor is up
-            monitor = self.children["monitor"]
-            self._wait_for(lambda: not monitor.alive or self.block.pid("monitor") == monitor.pid, 120.0)
-        self.control.set("phase", float(EXIT))
-        self.state = "exiting"
-        deadline = time.monotonic() + JOIN_S
-        for child in self.children.values():
-            if child.alive and self.block.pid(child.role) != child.pid:
-                child.kill_now()  # still starting up: it holds nothing to save, and imports can take long
-        for child in self.children.values():
-            child.stop(deadline)
-        self.startup["t_joined"] = time.monotonic()
-        snap = self.block.snapshot()
-        steps = self._global_step(snap)
-        self._write_startup(snap)
-        if self.failure is not None:
-            self.state = "failed"
-            if self.user_error is not None:
-                raise SpreezeError(self.user_error)
-            raise RoleFailedError(self.failure)
-        if not finished:
-            self.state = "interrupted"
-            self.say(interrupted_line(steps, self._last_checkpoint(), self.run_dir))
-            if self.signals.received == signal.SIGTERM:
-                raise SystemExit(128 + signal.SIGTERM)
-            raise KeyboardInterrupt
-        self.state = "finished"
-        evals = eval_history(self.run_dir)
-        return TrainResult(
-            run_dir=self.run_dir, env_steps=steps, critic_updates=int(snap["critic-learner"]["total_updates"]),
-            actor_updates=int(snap["actor-learner"]["total_updates"]),
-            episodes=sum(e for _, e in self.restored) + int(sum(snap[f"sampler-{i}"]["episodes"]
-                                                                for i in range(self.config.sampler_rows))),
-            final_eval_return=float(final["mean_return"]) if final else float("nan"),
-            final_eval_returns=tuple(final["returns"]) if final else (), evals=evals,
-            wall_s=time.monotonic() - t0, mode="parallel", stopped_early=self.stopped_early)
-
-    def _final_evaluation(self) -> dict[str, Any] | None:
-        steps = self._global_step(self.block.snapshot())
-        request = int(self.control.get("eval_request")) + 1
-        self.control.set("eval_step", float(steps))
-        self.control.set("eval_request", float(request))
-        if not self._wait_for(lambda: self.block.role("evaluator").get("eval_ack") >= request, 1800.0):
-            self.say("[spreeze] the final evaluation did not finish; see evals.jsonl for the last one")
-            return None
-        results = [r for r in read_results(self.run_dir) if r["env_step"] == steps]
-        return results[-1] if results else None
-
-    def _force_stop(self) -> None:
-        """Last line: every child gone, whatever happened above (idempotent)."""
-        if self.owned is not None and self.owned.stats is not None:
-            with contextlib.suppress(Exception):  # the block may be half-created
-                self.control.set("phase", float(EXIT))
-        forced = self.signals.forced is not None or (
-            self.signals.received is not None and self.state not in ("finished", "interrupted", "failed"))
-        deadline = time.monotonic() + (0.0 if forced else 2.0)
-        for child in self.children.values():
-            if forced:
-                child.kill_now()
-            child.stop(deadline)  # also kills what its env started and left running
-        kill_tagged(self.run_id)  # and whatever an earlier process of a role left
-        remove_parts(self.run_dir)
 
     # --- signals and status --------------------------------------------------------------------------------------
     def _write_status(self, force: bool = False) -> None:
@@ -569,19 +375,8 @@ class Supervisor:
         if self.config.remote_samplers > 0:  # what the bridge last wrote; a missing or torn file keeps the last good
             self._remote_info = read_remote_info(self.run_dir) or self._remote_info
             extra["remote_samplers"] = self._remote_info
-        write_status(self.run_dir, self.run_id, self.state, steps, self.config.total_steps, self._last_checkpoint(),
+        write_status(self.run_dir, self.run_id, self.state, steps, self.config.total_steps, self.last_checkpoint(),
                      self.failure, self.children, snap, final=force, guard=self.status_guard, extra=extra)
-
-    def _write_startup(self, snap: dict[str, dict[str, float]]) -> None:
-        """``startup.json``: the supervisor's and each role's start-up timestamps (monotonic s; 0 = not reached).
-
-        Read by tools/bench_startup.py; one small write at the end of the run, never on its critical path.
-        A failed write is ignored: the file is a measurement, not a result.
-        """
-        roles = {role: {k: snap[role][k] for k in (*STARTUP_SLOTS, "t_data") if k in snap[role]}
-                 for role in self.children if role in snap}
-        with contextlib.suppress(OSError):
-            (self.run_dir / STARTUP_FILE).write_text(json.dumps({"supervisor": self.startup, "roles": roles}, indent=1))
 
     def _take_error_line(self, child: RoleProcess) -> str:
         """The one line a child left in its error file (removed once read), or a generic one."""
@@ -595,8 +390,8 @@ class Supervisor:
         return said or f"{child.role} failed (its message is above)"
 
     def _resume_hint(self) -> str:
-        return resume_hint(self._last_checkpoint(), self.run_dir)
+        return resume_hint(self.last_checkpoint(), self.run_dir)
 
-    def _last_checkpoint(self) -> Path | None:
+    def last_checkpoint(self) -> Path | None:
         return self.ckpt.last if hasattr(self, "ckpt") else self.context.checkpoint_path
 

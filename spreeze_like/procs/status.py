@@ -1,4 +1,4 @@
-"""The run folder's ``status.json`` (written by the supervisor) and the evaluation history file.
+"""The run folder's ``status.json`` and ``startup.json`` (written by the supervisor), and the evaluation history.
 
 ``status.json`` tells users and tools what a parallel run is doing without attaching to shared
 memory: the supervisor's pid and state (``starting``, ``running``, ``finishing``, ``stopping``,
@@ -15,23 +15,30 @@ and the next write tries again, since the file is for people and tools, not for 
 
 ``evals.jsonl`` is written by the evaluator (see :mod:`spreeze_like.procs.evaluator_proc`); the
 helpers here read it back for the supervisor.
+
+``startup.json`` (:func:`write_startup`): the start-up timestamps of the supervisor and of each role
+(docs/startup.md), written once by the supervisor at the end of a run; a failed write is ignored,
+and a run that crashes leaves none.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from spreeze_like.procs.children import RoleProcess, describe_exit
-from spreeze_like.procs.control import STATE_NAMES
+from spreeze_like.procs.control import STARTUP_SLOTS, STATE_NAMES
 from spreeze_like.procs.evaluator_proc import EVALS_FILE, read_results
 from spreeze_like.rundir import RunFolderError, write_json_atomic
 from spreeze_like.write_guard import WriteGuard
 
 STATUS_FILE = "status.json"
+STARTUP_FILE = "startup.json"  # start-up timestamps of the run's processes (docs/startup.md)
 
 
 LIVE_SLOTS = ("env_steps", "episodes", "in_flight", "cpu_s", "rows_written", "calls")
@@ -104,3 +111,16 @@ def trim_eval_history(run_dir: Path, up_to_step: int) -> None:
         tmp.unlink(missing_ok=True)
         raise RunFolderError(f"cannot rewrite {path} for the resume: {exc.strerror or exc} (the file is unchanged); "
                              "free space there, then --resume again") from None
+
+
+def write_startup(run_dir: Path, supervisor: dict[str, float], roles: Iterable[str],
+                  snap: dict[str, dict[str, float]]) -> None:
+    """``startup.json``: the supervisor's and each role's start-up timestamps (monotonic s; 0 = not reached).
+
+    Read by tools/bench_startup.py; one small write at the end of the run, never on its critical path.
+    A failed write is ignored: the file is a measurement, not a result.
+    """
+    stamps = {role: {k: snap[role][k] for k in (*STARTUP_SLOTS, "t_data") if k in snap[role]}
+              for role in roles if role in snap}
+    with contextlib.suppress(OSError):
+        (run_dir / STARTUP_FILE).write_text(json.dumps({"supervisor": supervisor, "roles": stamps}, indent=1))
