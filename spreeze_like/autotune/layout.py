@@ -198,11 +198,11 @@ def plan_layout(ctx: Ctx, serial: bool) -> Layout:
     listing = ", ".join(f"{k}: {sampler_supply.supply(env, setup.samplers, k).steps_hz:,.0f}/s"
                         for k in sampler_supply.envs_options(env))
     out.choices["envs_per_sampler"] = (setup.envs_per_sampler,
-                                       f"fewest processes, then fewest envs each, that make {want:,.0f} env steps/s "
-                                       f"({setup.samplers} sampler(s) with k envs: {listing})")
+                                       (f"fewest processes, then fewest envs each, that make {want:,.0f} env steps/s "
+                                        f"({setup.samplers} sampler(s) with k envs: {listing})"))
     out.choices["samplers"] = (setup.samplers,
-                               f"{setup.text} for the {feed.data_hz:,.0f}/s the critic learns from, +"
-                               f"{SUPPLY_HEADROOM - 1:.0%}; the cores allow {limit} ({capacity.text})")
+                               (f"{setup.text} for the {feed.data_hz:,.0f}/s the critic learns from, +"
+                                f"{SUPPLY_HEADROOM - 1:.0%}; the cores allow {limit} ({capacity.text})"))
     note = sampler_supply.scaling_note(env, setup)
     if note:
         out.notes.append(note)

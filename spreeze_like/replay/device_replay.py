@@ -43,6 +43,7 @@ after the graph launch itself (tools/profile_critic_update.py, BENCHMARKS.md).
 
 from __future__ import annotations
 
+import itertools
 import time
 
 import numpy as np
@@ -122,10 +123,10 @@ def _contiguous_runs(first_slot: int, n: int, capacity: int, skip: np.ndarray) -
     wrap = capacity - first_slot
     if 0 < wrap < n:
         cuts.add(wrap)
-    skipped = set(int(p) for p in skip)
+    skipped = {int(p) for p in skip}
     bounds = sorted(c for c in cuts if 0 <= c <= n)
     runs = []
-    for a, b in zip(bounds[:-1], bounds[1:]):
+    for a, b in itertools.pairwise(bounds):
         if b > a and a not in skipped:
             runs.append((a, b, (first_slot + a) % capacity))
     return runs
