@@ -61,6 +61,7 @@ from spreeze_like.errors import ConfigError
 from spreeze_like.replay.device_replay import column_view, packed_layout
 
 STEP_MODES = ("auto", "eager", "cuda-graph", "compiled-graph")
+_STAY = contextlib.nullcontext()  # reusable: entering it does nothing
 GRAPH_MODES = ("cuda-graph", "compiled-graph")
 CRITIC_INPUTS = ("obs", "action", "reward", "next_obs", "terminated")
 ACTOR_INPUTS = ("obs",)  # every actor loss here reads observations only
@@ -144,7 +145,10 @@ class StepRunner:
         self._graphs: dict[Any, tuple[torch.cuda.CUDAGraph, Any]] = {}  # a variant, or ("block", variants)
         self._eager_runs: dict[int, int] = {}
         self._stream = torch.cuda.Stream(device) if mode in GRAPH_MODES else None
-        self._cuda_index = torch.device(device).index if mode in GRAPH_MODES else None
+        # the GPU to make current around captures and replays, when it is not the process's current one (serial
+        # mode on two GPUs; a learner process binds its own GPU first, devices.bind_learner_device): decided once
+        index = torch.device(device).index if mode in GRAPH_MODES else None
+        self._switch_to = index if index is not None and index != torch.cuda.current_device() else None
         self.captures = 0
 
     def reset(self) -> None:
@@ -155,9 +159,15 @@ class StepRunner:
         self._graphs.clear()
         self._eager_runs.clear()
 
-    def _fill(self) -> None:
+    def one_update(self, batch: Batch | None = None, cache: bool = True) -> Any:
+        """One whole update's device work, as every mode runs it (eagerly, warming up, or being captured):
+        the fill (a mirror's draw and gather), ``begin`` (the guard's reset), the step on the static
+        batch (or ``batch``, eager mode). tests/trainer/test_capture_safety.py runs it as a capture would."""
         if self.fill is not None:
             self.fill(self)
+        self.begin()
+        with self.part.autocast(cache=cache):
+            return self.step(self.batch if batch is None else batch)
 
     def fill_from_host(self, raw: Any) -> None:
         """Copy a host batch (numpy columns, e.g. a replay sampler's) into the static tensors."""
@@ -200,10 +210,10 @@ class StepRunner:
         A capture registers the generators' graph state on the current device and a replay's
         prologue fills it there; a learner process makes its device current at start
         (``devices.bind_learner_device``), but serial mode holds two learners, on two GPUs if there are two.
+        A fresh context each time: ``torch.cuda.device`` remembers the device it replaced, so a shared
+        instance entered twice would restore the wrong one.
         """
-        if self._cuda_index is None or torch.cuda.current_device() == self._cuda_index:
-            return contextlib.nullcontext()
-        return torch.cuda.device(self._cuda_index)
+        return _STAY if self._switch_to is None else torch.cuda.device(self._switch_to)
 
     def _block_key(self) -> tuple[int, ...]:
         updates = self.part.updates
@@ -236,10 +246,7 @@ class StepRunner:
 
     def _run_one(self, batch: Batch | None = None) -> Any:
         if self.mode == "eager":
-            self._fill()
-            self.begin()
-            with self.part.autocast():
-                return self.step(self.batch if batch is None else batch)
+            return self.one_update(batch)
         if batch is not None:
             raise ValueError("graph mode reads the static batch: fill runner.inputs instead of passing a batch")
         variant = self.part.step_variant()
@@ -260,10 +267,7 @@ class StepRunner:
         stream, current = self._stream, torch.cuda.current_stream(self.part.device)
         stream.wait_stream(current)
         with torch.cuda.stream(stream):
-            self._fill()
-            self.begin()
-            with self.part.autocast():
-                out = self.step(self.batch)
+            out = self.one_update()
         current.wait_stream(stream)
         return out
 
@@ -277,10 +281,7 @@ class StepRunner:
         torch.cuda.synchronize(self.part.device)
         with torch.cuda.graph(graph, stream=self._stream):
             for _ in range(updates_in_graph):  # each a whole update: its draw, reset, step, counts
-                self._fill()
-                self.begin()
-                with self.part.autocast(cache=False):  # a cached cast would outlive the weights it was made from
-                    out = self.step(self.batch)
+                out = self.one_update(cache=False)  # a cached cast would outlive the weights it was made from
         if self.part.updates != updates + updates_in_graph:
             raise RuntimeError(f"{type(self.part).__name__}.step must advance updates by exactly one per call")
         self.part.updates = updates  # the capture ran no kernels: the update happens at the first replay

@@ -69,7 +69,7 @@ class FlatPublisher:
     """Publishes ``tensors`` (one network, flattened in order) to ``sink``; see the module docstring."""
 
     def __init__(self, tensors: list[torch.Tensor], sink: Any) -> None:
-        self.tensors, self.sink = tensors, sink
+        self.sink = sink
         self.cuda = tensors[0].device.type == "cuda"
         self.in_flight = False
         self.again = False

@@ -55,11 +55,8 @@ class HostReads(TorchDispatchMode):
 
 
 def captured_body(runner: StepRunner) -> None:
-    """What ``StepRunner._capture`` runs for one update (the same calls, in the same order)."""
-    runner._fill()
-    runner.begin()
-    with runner.part.autocast(cache=False):
-        runner.step(runner.batch)
+    """What ``StepRunner._capture`` records for one update: the runner's own ``one_update``, uncached casts."""
+    runner.one_update(cache=False)
 
 
 def state_tensors(learner) -> dict[str, int]:
