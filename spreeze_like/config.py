@@ -16,24 +16,27 @@ Validation raises :class:`~spreeze_like.errors.ConfigError` with one line that n
 says what is allowed. ``resolve()`` fills the ``auto`` values (devices, precision, policy delay, and
 an actor lr still ``auto``: the preset's) and the result is what ``config.json`` in the run folder
 records, beside the source of each value.
+
+Beside this module: :mod:`spreeze_like.config_bounds` (the upper bounds on counts and sizes, checked
+by ``validate()``), :mod:`spreeze_like.config_fields` (field types, JSON and flag coercion, the
+one-line parser) and :mod:`spreeze_like.remote.address` (the ``--ray`` address).
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import json
 import math
-import os
 import re
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spreeze_like.config_bounds import check_bounds, check_remote
+from spreeze_like.config_fields import coerce_fields, load_json_file, settings_of
 from spreeze_like.errors import ConfigError
 from spreeze_like.presets import load_presets
+from spreeze_like.remote.address import RAY_DEFAULT_PORT
 
 ALGOS = ("sac", "td3", "ddpg", "crossq")
 # Critic updates per actor update when --policy-delay is 0 (auto): TD3's paper uses 2, CrossQ's 3
@@ -50,46 +53,6 @@ DEFAULT_ENV_ID = "Pendulum-v1"  # the one env id in the code: what a run trains 
 # The actor learning rate ``auto`` stands for when no preset gives one (every shipped preset file has
 # one in its [default] table: spreeze_like/presets/).
 DEFAULT_ACTOR_LR = 3e-4
-SOURCES_KEY = "sources"  # config.json's map of each field to where its value came from (layering.py)
-
-# Upper bounds on counts (review finding 12): a value past them would exhaust processes, threads or
-# memory, or stall the run without a word, so validate() refuses it up front in one line naming the
-# flag. docs/reliability.md, "Absurd flag values", gives each bound's reasoning and measurement.
-MAX_ENVS = 4096  # samplers x envs_per_sampler: a MuJoCo env holds about 1.2 MiB (measured), 4096 about 5 GiB
-MAX_EVAL_EPISODES = 1000  # the evaluator steps one env per episode, all at once
-MAX_UTD = 1024  # far past published replay ratios (REDQ: 20); past it every env step waits on 1000+ updates
-MAX_BUFFER_SIZE = 1 << 40  # the native sum tree's capacity limit; a uniform replay is refused at the same size
-MIN_REPLAY_ROW_BYTES = 32  # a replay row at obs_dim = act_dim = 1 (replay/storage.py's columns)
-NETWORK_COPIES = 12  # fp32 copies of the hidden weights a run holds at least: nets, targets, Adam moments
-PER_CORE = 4  # processes or threads per core past which more of them only time-share: samplers, torch threads
-# Remote samplers run on other machines, so this machine's cores do not bound them; each still costs a
-# ring in this machine's /dev/shm, a stats row and the bridge process's calls, and past a few hundred
-# one bridge process would be the bottleneck (docs: RAY_REMOTE_SAMPLERS.md, sizing).
-MAX_REMOTE_SAMPLERS = 256
-MAX_REMOTE_BATCH = 16384  # rows per collect call: the design note's upper clamp (a 26.6 ms call across raylets)
-RAY_DEFAULT_PORT = 6379  # what ``ray start --head`` listens on unless told otherwise
-RAY_ADDRESS_VAR = "RAY_ADDRESS"  # Ray's own variable for the cluster to connect to
-
-
-def machine_cores() -> int:
-    """The cores this process may run on (its affinity mask: a container's cpuset, not the host's count)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # not Linux
-        return max(1, os.cpu_count() or 1)
-
-
-def machine_memory_bytes() -> int:
-    """Physical memory of this machine in bytes (0 where the OS does not say)."""
-    try:
-        return int(os.sysconf("SC_PHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
-    except (AttributeError, ValueError, OSError):
-        return 0
-
-
-def max_per_machine() -> int:
-    """The most samplers or torch threads a run may ask for here: PER_CORE per core, at least 16."""
-    return max(16, PER_CORE * machine_cores())
 
 
 def default_policy_delay(algo: str) -> int:
@@ -305,30 +268,9 @@ class TrainConfig:
             raise bad("logdir", "give a folder path")
         if not self.probe_budget >= 0.5:
             raise bad("probe_budget", "must be >= 0.5 seconds (the probes need time to measure)")
-        self._check_bounds(bad)
-        self._check_remote(bad)
+        check_bounds(self, bad)  # config_bounds.py: counts past this machine's limits (finding 12)
+        check_remote(self, bad)
         return self
-
-    def _check_remote(self, bad: typing.Callable[[str, str], ConfigError]) -> None:
-        """--ray and the remote sampler counts go together, in the parallel mode only."""
-        if self.ray is not None:
-            if self.serial:
-                raise bad("ray", "remote samplers are a parallel-mode feature; drop --serial (with --autotune, whose "
-                                 "plan may choose the serial mode, add --no-serial)")
-            if self.remote_samplers < 1:
-                raise bad("ray", "give --remote-samplers N >= 1 with it (how many sampler actors to run there)")
-            parse_ray_address(self.ray)  # a malformed address: one line now, not in the bridge process later
-        elif self.remote_samplers > 0:
-            raise bad("remote_samplers", "needs --ray ADDRESS (the Ray cluster to run them on)")
-        if self.samplers < 1 and self.remote_samplers < 1:
-            raise bad("samplers", "must be >= 1 (0 only with --remote-samplers N >= 1 and --ray: all sampling remote)")
-        if self.remote_samplers > MAX_REMOTE_SAMPLERS:
-            raise bad("remote_samplers", f"at most {MAX_REMOTE_SAMPLERS} (each is a ring in this machine's /dev/shm "
-                                         "and calls of the one bridge process)")
-        if self.remote_envs_per_sampler > MAX_ENVS:
-            raise bad("remote_envs_per_sampler", f"at most {MAX_ENVS:,} envs in one remote sampler")
-        if self.remote_batch > MAX_REMOTE_BATCH:
-            raise bad("remote_batch", f"at most {MAX_REMOTE_BATCH:,} transitions per call (0: auto)")
 
     @property
     def sampler_rows(self) -> int:
@@ -336,38 +278,6 @@ class TrainConfig:
         ``remote_samplers`` rows are remote actors (each row its own ring, stats row and quota)."""
         return self.samplers + self.remote_samplers
 
-    def _check_bounds(self, bad: typing.Callable[[str, str], ConfigError]) -> None:
-        """Counts that would exhaust processes, threads or memory, or stall the run (review finding 12)."""
-        if not 0.0 <= self.priority_alpha <= 1.0:  # else refused only inside the learners, after the start-up
-            raise bad("priority_alpha", "must be in [0, 1] (0: uniform, 1: fully proportional to |TD error|)")
-        most, cores = max_per_machine(), machine_cores()
-        for name, what in (("samplers", "sampler processes"), ("torch_threads", "torch threads per process")):
-            if getattr(self, name) > most:
-                raise bad(name, f"at most {most} {what} here ({PER_CORE} per core, {cores} cores): more only "
-                                "time-share the cores while each costs memory")
-        envs = self.samplers * self.envs_per_sampler
-        if envs > MAX_ENVS:
-            raise bad("envs_per_sampler", f"--samplers {self.samplers} x --envs-per-sampler {self.envs_per_sampler} "
-                                          f"= {envs:,} envs, more than {MAX_ENVS:,}; use fewer")
-        if self.eval_episodes > MAX_EVAL_EPISODES:
-            raise bad("eval_episodes", f"at most {MAX_EVAL_EPISODES} (the evaluator steps one env per episode at once)")
-        if self.utd > MAX_UTD:
-            raise bad("utd", f"at most {MAX_UTD} updates per env step (past it every env step waits for over a "
-                             "thousand updates and the run seems to stall)")
-        if self.buffer_size > MAX_BUFFER_SIZE:
-            raise bad("buffer_size", f"at most 2^40 = {MAX_BUFFER_SIZE:,} transitions (the sum tree's limit)")
-        memory = machine_memory_bytes()
-        gib = memory / 2**30
-        if memory and self.buffer_size * MIN_REPLAY_ROW_BYTES > memory:
-            raise bad("buffer_size", f"needs at least {self.buffer_size * MIN_REPLAY_ROW_BYTES / 2**30:,.0f} GiB of "
-                                     f"replay ({MIN_REPLAY_ROW_BYTES} bytes a transition at the smallest env), more "
-                                     f"than this machine's {gib:,.0f} GiB of memory")
-        # hidden-to-hidden weights, plus one input and one output weight per unit (the env's sizes are not known here)
-        weights = sum(a * b for a, b in zip(self.hidden_sizes, self.hidden_sizes[1:])) + 2 * sum(self.hidden_sizes)
-        if memory and weights * 4 * NETWORK_COPIES > memory:
-            raise bad("hidden_sizes", f"{weights:,} hidden weights per network need at least "
-                                      f"{weights * 4 * NETWORK_COPIES / 2**30:,.0f} GiB ({NETWORK_COPIES} fp32 copies: "
-                                      f"networks, targets, Adam moments), more than this machine's {gib:,.0f} GiB")
 
     def resolve(self) -> TrainConfig:
         """A validated copy with the ``auto`` values filled in (devices, precision, policy delay, actor lr)."""
@@ -407,121 +317,3 @@ class TrainConfig:
     @classmethod
     def from_json_file(cls, path: str | Path) -> TrainConfig:
         return cls.from_dict(load_json_file(path), source=str(path))
-
-
-# --- the Ray address ----------------------------------------------------------------------------------
-def resolve_ray_address(value: str, environ: typing.Mapping[str, str] | None = None) -> str:
-    """``--ray``'s value as ``host:port``: ``auto`` is ``$RAY_ADDRESS``, else ``127.0.0.1:6379``."""
-    environ = os.environ if environ is None else environ
-    if value.strip().lower() != "auto":
-        return value.strip()
-    found = environ.get(RAY_ADDRESS_VAR, "").strip()
-    if found and found.lower() != "auto":
-        return found
-    return f"127.0.0.1:{RAY_DEFAULT_PORT}"
-
-
-def parse_ray_address(value: str, environ: typing.Mapping[str, str] | None = None) -> tuple[str, int]:
-    """(host, port) of ``--ray``'s value (after :func:`resolve_ray_address`); a one-line ConfigError if malformed.
-
-    A ``ray://`` or ``http://`` prefix is dropped (the host and port are what a connection needs); an
-    IPv6 host is written in brackets, ``[::1]:6379``.
-    """
-    address = resolve_ray_address(value, environ)
-    rest = address.split("://", 1)[-1].rstrip("/")
-    host, sep, port = rest.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
-        where = "" if address == value else f" (from {RAY_ADDRESS_VAR}={address!r})"
-        raise ConfigError(f"--ray {value!r} is invalid{where}: give host:port of the Ray head's GCS, e.g. "
-                          f"127.0.0.1:{RAY_DEFAULT_PORT}, or auto")
-    return host, int(port)
-
-
-def unreachable_reason(host: str, port: int, timeout_s: float) -> str | None:
-    """Why ``host:port`` did not accept a TCP connection within ``timeout_s``, or None if it did.
-
-    The ``--ray`` checks of the supervisor (before any segment) and of the bridge (before ``ray.init``,
-    which would retry for minutes against a head that is gone) both ask this.
-    """
-    import socket
-
-    try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return None
-    except OSError as exc:
-        return "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
-
-
-# --- helpers shared by JSON and argparse -------------------------------------------------------------
-def field_types(cls: type) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
-
-
-def unwrap_optional(tp: Any) -> tuple[Any, bool]:
-    """``Optional[X]`` -> (X, True); anything else -> (tp, False)."""
-    origin = typing.get_origin(tp)
-    if origin in (typing.Union, types.UnionType):
-        args = [a for a in typing.get_args(tp) if a is not type(None)]
-        if len(args) == 1:
-            return args[0], True
-    return tp, False
-
-
-def _coerce(name: str, tp: Any, value: Any, source: str) -> Any:
-    base, optional = unwrap_optional(tp)
-    if value is None and optional:
-        return None
-    ok = True
-    if base is bool:
-        ok = isinstance(value, bool)
-    elif base is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif base is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok else value
-    elif base is str:
-        ok = isinstance(value, str)
-    elif typing.get_origin(base) is tuple:
-        ok = isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-        value = tuple(value) if ok else value
-    if not ok:
-        raise ConfigError(
-            f"{source}: {name} = {value!r} has the wrong type; expected {getattr(base, '__name__', base)}"
-        )
-    return value
-
-
-def coerce_fields(cls: type, data: dict[str, Any], source: str) -> dict[str, Any]:
-    if not isinstance(data, dict):
-        raise ConfigError(f"{source}: expected a JSON object of settings")
-    hints = field_types(cls)
-    unknown = sorted(set(data) - set(hints))
-    if unknown:
-        raise ConfigError(f"{source}: unknown setting(s) {', '.join(unknown)}; see python -m spreeze_like.run --help")
-    return {k: _coerce(k, hints[k], v, source) for k, v in data.items()}
-
-
-def settings_of(data: Any) -> Any:
-    """A config dict without config.json's ``sources`` map (anything else is passed through to be checked)."""
-    return {k: v for k, v in data.items() if k != SOURCES_KEY} if isinstance(data, dict) else data
-
-
-def load_json_file(path: str | Path) -> dict[str, Any]:
-    """Read a JSON config file; any problem is a one-line ConfigError."""
-    try:
-        text = Path(path).read_text()
-    except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
-
-
-# --- the command line's error convention (spreeze_like.flags builds the parser) ----------------------
-class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a bad flag as one ``error: ...`` line on stderr and exits with status 2."""
-
-    def error(self, message: str) -> typing.NoReturn:  # argparse's own contract
-        self.exit(2, f"error: {message} (see {self.prog} --help)\n")

@@ -7,7 +7,7 @@ where each value came from (``config-file`` / ``resume`` / ``flag``). On ``--res
 typed now override the saved config (Sample Factory's rule), and a saved ``module:EnvId`` is refused
 unless ``--env`` names it again (a run folder is data, not code: review finding 4). Presets and
 defaults are laid under these by :mod:`spreeze_like.layering`. Bad input is a one-line ConfigError or, for argparse's own
-errors, one ``error:`` line and exit status 2 (:class:`~spreeze_like.config.OneLineParser`).
+errors, one ``error:`` line and exit status 2 (:class:`~spreeze_like.config_fields.OneLineParser`).
 """
 
 from __future__ import annotations
@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from spreeze_like.config import (
+from spreeze_like.config import TrainConfig
+from spreeze_like.config_fields import (
     SOURCES_KEY,
     OneLineParser,
-    TrainConfig,
     coerce_fields,
     field_types,
     load_json_file,

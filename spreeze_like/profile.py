@@ -27,7 +27,8 @@ from spreeze_like.errors import ConfigError, SpreezeError
 
 def build_parser() -> argparse.ArgumentParser:
     from spreeze_like.autotune.probe import DEFAULT_BUDGET_S
-    from spreeze_like.config import ALGOS, DEFAULT_ENV_ID, OneLineParser
+    from spreeze_like.config import ALGOS, DEFAULT_ENV_ID
+    from spreeze_like.config_fields import OneLineParser
 
     p = OneLineParser(prog="python -m spreeze_like.profile",
                       description="Measure this machine for spreeze_like: report, JSON, TensorBoard curves.")

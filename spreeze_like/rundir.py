@@ -39,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from spreeze_like.checkpoint import check_compatible, load_latest
-from spreeze_like.config import SOURCES_KEY, TrainConfig
+from spreeze_like.config import TrainConfig
+from spreeze_like.config_fields import SOURCES_KEY
 from spreeze_like.errors import CheckpointError, ConfigError, SpreezeError
 
 LOCK_FILE = ".lock"

@@ -24,11 +24,12 @@ import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 
-from spreeze_like.config import TrainConfig, parse_ray_address, resolve_ray_address, unreachable_reason
+from spreeze_like.config import TrainConfig
 from spreeze_like.errors import ConfigError
 from spreeze_like.ipc.stats_block import RoleStats, StatsBlock
 from spreeze_like.procs import pacing
 from spreeze_like.procs.control import quota_slot
+from spreeze_like.remote.address import parse_ray_address, resolve_ray_address, unreachable_reason
 from spreeze_like.roles.monitor import REMOTE_INFO_FILE
 
 RAY_CONNECT_S = 5.0  # --ray's preflight: the cluster's GCS port must accept a TCP connection within this

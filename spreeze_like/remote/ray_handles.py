@@ -30,8 +30,8 @@ from typing import Any
 
 import numpy as np
 
-from spreeze_like.config import parse_ray_address, unreachable_reason
 from spreeze_like.errors import SpreezeError
+from spreeze_like.remote.address import parse_ray_address, unreachable_reason
 from spreeze_like.remote.worker import RemoteSampler
 
 SHM_DIR = "/dev/shm"

@@ -156,7 +156,7 @@ def test_a_full_dev_shm_is_one_line_exit_2_and_leaves_nothing(tmp_path):
     # before reserving a page: nothing of the machine's memory is taken). It must still pass the up-front
     # bound on --buffer-size (finding 12: MIN_REPLAY_ROW_BYTES a transition within physical memory), which
     # a TinyEnv row (48 bytes: 10 float32 columns and a generation) exceeds by half.
-    from spreeze_like.config import MIN_REPLAY_ROW_BYTES, machine_memory_bytes
+    from spreeze_like.config_bounds import MIN_REPLAY_ROW_BYTES, machine_memory_bytes
 
     shm_total = os.statvfs("/dev/shm").f_blocks * os.statvfs("/dev/shm").f_frsize
     buffer = int(shm_total / 48 * 1.1)

@@ -9,7 +9,8 @@ import json
 
 import pytest
 
-from spreeze_like.config import SOURCES_KEY, TrainConfig
+from spreeze_like.config import TrainConfig
+from spreeze_like.config_fields import SOURCES_KEY
 from spreeze_like.devices import resolve_devices
 from spreeze_like.errors import ConfigError
 from spreeze_like.flags import build_parser, parse_cli
@@ -177,7 +178,7 @@ def test_finding12_absurd_counts_are_refused_in_one_line(changes, flag):
 
 
 def test_finding12_bounds_follow_this_machine():
-    from spreeze_like.config import MIN_REPLAY_ROW_BYTES, machine_cores, machine_memory_bytes, max_per_machine
+    from spreeze_like.config_bounds import MIN_REPLAY_ROW_BYTES, machine_cores, machine_memory_bytes, max_per_machine
 
     most = max_per_machine()
     assert most >= 4 * machine_cores() and most >= 16

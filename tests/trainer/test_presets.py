@@ -14,7 +14,8 @@ import pytest
 
 import spreeze_like
 from spreeze_like import presets as presets_module
-from spreeze_like.config import ALGOS, DEFAULT_ENV_ID, SOURCES_KEY, TrainConfig, field_types, unwrap_optional
+from spreeze_like.config import ALGOS, DEFAULT_ENV_ID, TrainConfig
+from spreeze_like.config_fields import SOURCES_KEY, field_types, unwrap_optional
 from spreeze_like.errors import ConfigError
 from spreeze_like.flags import parse_command_line
 from spreeze_like.layering import checked_presets, complete_sources, lay_presets, python_sources, settings_lines

@@ -8,15 +8,11 @@ import sys
 
 import pytest
 
-from spreeze_like.config import (
-    MAX_REMOTE_BATCH,
-    MAX_REMOTE_SAMPLERS,
-    TrainConfig,
-    parse_ray_address,
-    resolve_ray_address,
-)
+from spreeze_like.config import TrainConfig
+from spreeze_like.config_bounds import MAX_REMOTE_BATCH, MAX_REMOTE_SAMPLERS
 from spreeze_like.errors import ConfigError
 from spreeze_like.flags import build_parser, parse_cli
+from spreeze_like.remote.address import parse_ray_address, resolve_ray_address
 
 RAY = ["--ray", "10.0.0.1:6379"]
 

@@ -1,0 +1,92 @@
+"""Config fields as data: their types, the JSON and command-line coercion, and the one-line parser.
+
+Shared by :class:`spreeze_like.config.TrainConfig` (``from_dict``, ``from_json_file``) and by
+:mod:`spreeze_like.flags`, which builds the command line from the dataclass's fields. Every problem
+is a one-line :class:`~spreeze_like.errors.ConfigError` (or argparse's ``error: ...``, exit 2).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from spreeze_like.errors import ConfigError
+
+SOURCES_KEY = "sources"  # config.json's map of each field to where its value came from (layering.py)
+
+
+def field_types(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def unwrap_optional(tp: Any) -> tuple[Any, bool]:
+    """``Optional[X]`` -> (X, True); anything else -> (tp, False)."""
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if len(args) == 1:
+            return args[0], True
+    return tp, False
+
+
+def _coerce(name: str, tp: Any, value: Any, source: str) -> Any:
+    base, optional = unwrap_optional(tp)
+    if value is None and optional:
+        return None
+    ok = True
+    if base is bool:
+        ok = isinstance(value, bool)
+    elif base is int:
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif base is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        value = float(value) if ok else value
+    elif base is str:
+        ok = isinstance(value, str)
+    elif typing.get_origin(base) is tuple:
+        ok = isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        value = tuple(value) if ok else value
+    if not ok:
+        raise ConfigError(
+            f"{source}: {name} = {value!r} has the wrong type; expected {getattr(base, '__name__', base)}"
+        )
+    return value
+
+
+def coerce_fields(cls: type, data: dict[str, Any], source: str) -> dict[str, Any]:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: expected a JSON object of settings")
+    hints = field_types(cls)
+    unknown = sorted(set(data) - set(hints))
+    if unknown:
+        raise ConfigError(f"{source}: unknown setting(s) {', '.join(unknown)}; see python -m spreeze_like.run --help")
+    return {k: _coerce(k, hints[k], v, source) for k, v in data.items()}
+
+
+def settings_of(data: Any) -> Any:
+    """A config dict without config.json's ``sources`` map (anything else is passed through to be checked)."""
+    return {k: v for k, v in data.items() if k != SOURCES_KEY} if isinstance(data, dict) else data
+
+
+def load_json_file(path: str | Path) -> dict[str, Any]:
+    """Read a JSON config file; any problem is a one-line ConfigError."""
+    try:
+        text = Path(path).read_text()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+
+
+# --- the command line's error convention (spreeze_like.flags builds the parser) ----------------------
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad flag as one ``error: ...`` line on stderr and exits with status 2."""
+
+    def error(self, message: str) -> typing.NoReturn:  # argparse's own contract
+        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
