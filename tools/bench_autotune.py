@@ -35,6 +35,8 @@ A.json B.json ...``.
         --json part1.json                                              # the same in parts of a few minutes each
     python tools/bench_autotune.py --wall 90 --cells 13:2048:0.125 13:8192:0.03125 13:8192:0.015625 --no-defaults \\
         --json part2.json
+    python tools/bench_autotune.py --wall 90 --part 1/2 --json p1.json  # the default runs in two halves (then
+    python tools/bench_autotune.py --wall 90 --part 2/2 --json p2.json  # --report p1.json p2.json)
     python tools/bench_autotune.py --samplers 1 13 --batch-sizes 256 8192 --utds 1 0.03125   # a product grid
     python tools/bench_autotune.py --report part1.json part2.json           # one table from several runs
     python tools/bench_autotune.py --quick                                  # smoke test: < 1 minute on 2 cores
@@ -111,6 +113,24 @@ def parse_cell(text: str, utd: float = 1.0, envs: int = 1) -> tuple[int, int, fl
     if s < 1 or b < 1 or k < 1 or not u > 0:
         raise ValueError(f"cell {text!r}: samplers, batch and envs must be >= 1 and the UTD > 0")
     return s, b, u, k
+
+
+def parse_part(text: str) -> tuple[int, int]:
+    """``K/N`` -> (K, N), 1 <= K <= N: run the K-th of N interleaved parts of the configurations.
+
+    Raises:
+        ValueError: not K/N with 1 <= K <= N.
+    """
+    k, sep, n = text.partition("/")
+    if not (sep and k.isdigit() and n.isdigit() and 1 <= int(k) <= int(n)):
+        raise ValueError(f"--part {text!r}: write K/N with 1 <= K <= N, e.g. 1/2")
+    return int(k), int(n)
+
+
+def part_of(names: list[str], k: int, n: int) -> list[str]:
+    """The K-th of N parts of the configuration names: every N-th from the K-th (a part of a default grid
+    then mixes small and large batches, so the parts take about the same time)."""
+    return names[k - 1::n]
 
 
 def cell_name(s: int, b: int, u: float, k: int) -> str:
@@ -286,6 +306,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="only these grid cells, e.g. 1:256:1 13:8192:0.0156:4, instead of the product")
     parser.add_argument("--no-autotuned", action="store_true", help="leave the autotuned run out (a grid part)")
     parser.add_argument("--no-defaults", action="store_true", help="leave the defaults run out")
+    parser.add_argument("--part", default="", metavar="K/N",
+                        help="run only the K-th of N parts of the configurations (grid cells, autotuned, defaults: "
+                             "every N-th from the K-th), for a machine that limits one command's time; merge the "
+                             "parts' JSON files with --report")
     parser.add_argument("--rounds", type=int, default=1,
                         help="run every configuration this many times, in a shuffled order per round, and report "
                              "medians (a shared machine's load drifts over a long benchmark)")
@@ -325,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
                                args.utds or [1.0, 0.125, 0.015625], args.envs_per_sampler)
         else:
             cells = default_cells(max_samplers(cores), args.envs_per_sampler)
+        part = parse_part(args.part) if args.part else (1, 1)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
@@ -332,13 +357,17 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --wall must be > 0 seconds and --rounds >= 1", file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {"wall_s": args.wall, "cores": cores, "rounds": args.rounds,
+    results: dict[str, Any] = {"wall_s": args.wall, "cores": cores, "rounds": args.rounds, "part": args.part or "1/1",
                                "load_before": os.getloadavg(), "envs": {}}
     for env_id in args.envs:
         configs = {cell_name(*c): cell_flags(*c) for c in cells}
-        plan_text = ""
         if not args.no_autotuned:
             configs["autotuned"] = ["--autotune", *probe_flags]
+        if not args.no_defaults:
+            configs["defaults"] = []
+        configs = {name: configs[name] for name in part_of(list(configs), *part)}
+        plan_text = ""
+        if "autotuned" in configs:
             plan = subprocess.run([*RUN, "--env", env_id, "--total-steps", LONG_STEPS, "--plan-only", *probe_flags],
                                   capture_output=True, text=True, env={**os.environ, "XDG_CACHE_HOME": xdg})
             if plan.returncode != 0:  # probes now (cached), not in the timed run
@@ -347,8 +376,6 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             plan_text = plan.stdout
             print(plan_text, flush=True)
-        if not args.no_defaults:
-            configs["defaults"] = []
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
         for r in range(args.rounds):
             order = list(configs)

@@ -192,17 +192,18 @@ def main(argv: list[str] | None = None) -> dict:
             print(f"  ours-{'serial' if serial else 'parallel'} on {device}")
         for peer, device in peer_devices.items():
             print(f"  {peer} on {device}", flush=True)
+        def done(record: RunRecord, seed: int) -> None:
+            records.append(record)
+            print(f"  done {record.name} seed {seed}: {record.wall_s:.1f} s, load {load_line()}", flush=True)
+            if args.json:  # the raw records so far: a command cut short (a time limit) keeps its finished runs
+                Path(args.json).write_text(json.dumps({"partial": [dataclasses.asdict(r) for r in records]}))
+
         for seed in args.seeds:
             if not args.skip_ours:
                 for serial in modes:
-                    records.append(run_ours(args, seed, serial, scratch))
-                    print(f"  done {records[-1].name} seed {seed}: {records[-1].wall_s:.1f} s, load {load_line()}",
-                          flush=True)
+                    done(run_ours(args, seed, serial, scratch), seed)
             for peer in args.peers:
-                records.append(run_peer(args, peer, seed, scratch))
-                print(f"  done {peer} seed {seed}: {records[-1].wall_s:.1f} s, load {load_line()}", flush=True)
-            if args.json:  # the raw records so far: a run cut short still leaves its finished seeds
-                Path(args.json).write_text(json.dumps({"partial": [dataclasses.asdict(r) for r in records]}))
+                done(run_peer(args, peer, seed, scratch), seed)
         figures = report(records, args)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

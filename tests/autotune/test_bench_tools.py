@@ -77,6 +77,25 @@ def test_bench_autotune_bad_cell_is_one_line_and_exit_2(capsys):
     assert capsys.readouterr().err.startswith("error: cell")
 
 
+def test_parts_split_the_configurations_once_each():
+    bench = _tool("bench_autotune")
+    names = [bench.cell_name(*c) for c in bench.default_cells(13, 1)] + ["autotuned", "defaults"]
+    parts = [bench.part_of(names, k, 2) for k in (1, 2)]
+    assert sorted(parts[0] + parts[1]) == sorted(names) and not set(parts[0]) & set(parts[1])
+    assert [len(p) for p in parts] == [4, 4] and "autotuned" in parts[0] and "defaults" in parts[1]
+    assert bench.part_of(names, 1, 1) == names
+    assert bench.parse_part("2/3") == (2, 3)
+    for bad in ("0/2", "3/2", "1", "a/b", "1/0", "-1/2"):
+        with pytest.raises(ValueError):
+            bench.parse_part(bad)
+
+
+def test_bench_autotune_bad_part_is_one_line_and_exit_2(capsys):
+    bench = _tool("bench_autotune")
+    assert bench.main(["--part", "3/2", "--out", "/nonexistent/never-made"]) == 2
+    assert capsys.readouterr().err.startswith("error: --part '3/2'")
+
+
 def test_the_return_at_the_wall_time_is_read_from_the_last_fifth():
     bench = _tool("bench_autotune")
     t0 = 1000.0

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import inspect
+import json
 import sys
 from pathlib import Path
 
@@ -109,3 +110,25 @@ def test_the_sbx_constructors_take_every_setting_given(name: str) -> None:
     if name == "sbx-crossq":  # what the docs promise CrossQ keeps of its own
         assert signature.parameters["policy_delay"].default == 3
         assert "tau" not in signature.parameters
+
+
+def test_a_command_cut_short_keeps_every_finished_run(tmp_path, monkeypatch):
+    """--json is rewritten after every run, not every seed: a device call's time limit that stops the
+    command during a slow peer still leaves ours and the peers before it (no run here: the runners are
+    stubbed, the last one is 'cut' by an exception)."""
+    out = tmp_path / "figures.json"
+    monkeypatch.setattr(bench_vs_sb3, "ours_device", lambda cfg: "cpu")
+    monkeypatch.setattr(bench_vs_sb3, "run_peer_child", lambda *a: {"device": "cpu"})
+    monkeypatch.setattr(bench_vs_sb3, "run_ours", lambda args, seed, serial, scratch: RunRecord("ours", seed, 5.0))
+
+    def run_peer(args, peer, seed, scratch):
+        if peer == "sb3":
+            raise KeyboardInterrupt  # what SIGINT from a time limit raises in the middle of a run
+        return RunRecord(peer, seed, 7.0)
+
+    monkeypatch.setattr(bench_vs_sb3, "run_peer", run_peer)
+    with pytest.raises(KeyboardInterrupt):
+        bench_vs_sb3.main(["--env", "Pendulum-v1", "--seeds", "1", "--peers", "sbx", "sb3", "--json", str(out),
+                           "--no-png", "--device", "cpu"])
+    partial = json.loads(out.read_text())["partial"]
+    assert [(r["name"], r["seed"], r["wall_s"]) for r in partial] == [("ours", 1, 5.0), ("sbx", 1, 7.0)]

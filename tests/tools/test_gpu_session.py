@@ -1,0 +1,64 @@
+"""tools/gpu_session.sh, the one call a lent GPU machine runs: it must not rot between device sessions.
+
+No device is needed: the script's syntax, its phase check, and every ``python3 tools/...`` command in
+it (each tool exists and accepts each flag given, by its own ``--help``) are checked here, since a
+wrong flag found on the device costs a scarce device call.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+SCRIPT = REPO / "tools" / "gpu_session.sh"
+
+
+def _commands() -> list[list[str]]:
+    """argv of each ``python3 tools/X.py ...`` line (continuations joined, shell variables kept as words)."""
+    text = re.sub(r"\\\n\s*", " ", SCRIPT.read_text())
+    found = []
+    for line in text.splitlines():
+        line = line.split(" 2>&1", 1)[0].split(" |", 1)[0].split(" >", 1)[0]
+        match = re.search(r"python3 (tools/\S+\.py.*)", line)
+        if match and not line.lstrip().startswith("#"):
+            found.append(shlex.split(match.group(1)))
+    return found
+
+
+def test_the_script_parses():
+    done = subprocess.run(["bash", "-n", str(SCRIPT)], capture_output=True, text=True, check=False)
+    assert done.returncode == 0, done.stderr
+
+
+def test_an_unknown_phase_is_one_line_and_exit_2(tmp_path):
+    done = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out")], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "PHASE": "learn3"}, cwd=REPO, timeout=30, check=False)
+    assert done.returncode == 2
+    assert done.stderr.splitlines() == ["error: PHASE=learn3: use core, learn1, learn2, grid1 or grid2"]
+    assert not (tmp_path / "out").exists()  # refused before anything is made or installed
+
+
+def test_every_phase_has_its_commands():
+    text = SCRIPT.read_text()
+    for phase in ("learn1", "learn2", "grid1", "grid2"):
+        assert f"[ \"$phase\" = {phase} ]" in text, phase
+    tools = {argv[0] for argv in _commands()}
+    assert {"tools/bench_gpu.py", "tools/bench_vs_sb3.py", "tools/bench_autotune.py"} <= tools, tools
+
+
+@pytest.mark.parametrize("argv", _commands(), ids=lambda argv: argv[0])
+def test_every_tool_and_flag_exists(argv):
+    script = REPO / argv[0]
+    assert script.is_file(), argv[0]
+    done = subprocess.run([sys.executable, str(script), "--help"], cwd=REPO, capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    for token in argv[1:]:
+        if token.startswith("--"):
+            assert re.search(rf"(?<![\w-]){re.escape(token)}(?![\w-])", done.stdout), f"{argv[0]}: no {token}"
