@@ -22,6 +22,7 @@ import sys
 import time
 from pathlib import Path
 
+from spreeze_like.console import say
 from spreeze_like.errors import ConfigError, SpreezeError
 
 
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.monotonic()
 
     def progress(line: str) -> None:
-        print(f"[profile {time.monotonic() - t0:5.1f} s] {line}", flush=True)
+        say(f"[profile {time.monotonic() - t0:5.1f} s] {line}")
 
     try:
         from spreeze_like.autotune import cache, hardware
@@ -98,21 +99,21 @@ def main(argv: list[str] | None = None) -> int:
         except OSError as exc:
             raise ConfigError(f"cannot write {json_path}: {exc.strerror or exc}; pass --json with a writable path") from None
         write_tensorboard(results, out_dir)
-        print(report_text(results))
+        say(report_text(results))
         if not args.no_plan:
             from spreeze_like.autotune.apply import parallel_mode_available
             from spreeze_like.autotune.plan import make_plan
             from spreeze_like.config import TrainConfig
 
             config = TrainConfig(env=args.env, algo=args.algo, hidden_sizes=tuple(args.hidden_sizes))
-            print(make_plan(results, config, (), parallel_mode_available()).text())
+            say(make_plan(results, config, (), parallel_mode_available()).text())
     except SpreezeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        say(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
+        say("interrupted", file=sys.stderr)
         return 130
-    print(f"JSON: {json_path}\nTensorBoard: tensorboard --logdir {out_dir}\nprobe cache: {path}")
+    say(f"JSON: {json_path}\nTensorBoard: tensorboard --logdir {out_dir}\nprobe cache: {path}")
     return 0
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import sys
 
+from spreeze_like.console import say
 from spreeze_like.errors import SpreezeError
 
 
@@ -31,32 +32,32 @@ def main(argv: list[str] | None = None) -> int:
                 algos = [config.algo]
             else:
                 algos = list(ALGOS)
-                print(format_default_algos())
-            print(format_presets([checked_presets(algo, config.presets) for algo in algos]))
+                say(format_default_algos())
+            say(format_presets([checked_presets(algo, config.presets) for algo in algos]))
             return 0
         if config.plan_only:
             from spreeze_like.autotune.apply import autotune
 
             config, sources = lay_presets(config, line.sources)
             for text in settings_lines(config, sources):
-                print(text)
+                say(text)
             autotune(config, set(sources))
             return 0
         from spreeze_like.training import train
 
         result = train(config, sources=line.sources)
     except SpreezeError as exc:
-        print(f"error: {exc}", file=sys.stderr)
+        say(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     except KeyboardInterrupt:
-        print("interrupted; resume with --resume <run folder>", file=sys.stderr)
+        say("interrupted; resume with --resume <run folder>", file=sys.stderr)
         return 130
     returns = ", ".join(f"{r:.1f}" for r in result.final_eval_returns)
-    print(
+    say(
         f"final evaluation: mean return {result.final_eval_return:.1f} over {len(result.final_eval_returns)} "
         f"episodes ({returns}) after {result.env_steps:,} env steps, {result.wall_s:.0f} s"
     )
-    print(f"run folder: {result.run_dir}   (tensorboard --logdir {result.run_dir.parent})")
+    say(f"run folder: {result.run_dir}   (tensorboard --logdir {result.run_dir.parent})")
     return 0
 
 

@@ -48,6 +48,7 @@ from typing import Any
 from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.checkpoint import resume_hint
 from spreeze_like.config import TrainConfig
+from spreeze_like.console import flush_stdout, say
 from spreeze_like.envs import env_info
 from spreeze_like.errors import ShmError, SpreezeError
 from spreeze_like.ipc import new_run_id
@@ -97,7 +98,7 @@ class Supervisor:
     the end of the run (:mod:`spreeze_like.procs.shutdown`) calls them on this object.
     """
 
-    def __init__(self, config: TrainConfig, context: RunContext, print_fn: Callable[[str], None] = print) -> None:
+    def __init__(self, config: TrainConfig, context: RunContext, print_fn: Callable[[str], None] = say) -> None:
         self.config, self.context, self._print = config, context, print_fn
         self.run_dir = Path(context.run_dir)
         self.ctx = multiprocessing.get_context("spawn")
@@ -125,7 +126,7 @@ class Supervisor:
 
     def say(self, line: str) -> None:
         self._print(line)
-        sys.stdout.flush()
+        flush_stdout()
 
     # --- the run -----------------------------------------------------------------------------------------
     def run(self) -> TrainResult:

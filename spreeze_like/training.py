@@ -21,6 +21,7 @@ import dataclasses
 from collections.abc import Callable, Collection, Mapping
 
 from spreeze_like.config import TrainConfig
+from spreeze_like.console import say
 from spreeze_like.envs import env_info
 from spreeze_like.errors import ConfigError
 from spreeze_like.layering import complete_sources, lay_presets, mark_planned, python_sources, settings_lines
@@ -33,7 +34,7 @@ __all__ = ["TrainResult", "train"]
 
 def train(
     config: TrainConfig | None = None,
-    print_fn: Callable[[str], None] = print,
+    print_fn: Callable[[str], None] = say,
     explicit: Collection[str] | None = None,
     sources: Mapping[str, str] | None = None,
     **overrides: object,
@@ -42,7 +43,8 @@ def train(
 
     Args:
         config: the settings (default: ``TrainConfig()``, SAC on the default env).
-        print_fn: where progress lines go (``print`` by default).
+        print_fn: where progress lines go (stdout by default, :func:`spreeze_like.console.say`: a closed pipe
+            drops them and the run goes on).
         explicit: names of fields the user set even where they equal the default (kept over the env's
             preset and the autotune plan); fields off their default and ``overrides`` always count as set.
         sources: where each set field came from (the CLI passes ``flag`` / ``config-file`` / ``resume``

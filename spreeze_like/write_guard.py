@@ -23,9 +23,11 @@ import sys
 import time
 from collections.abc import Callable
 
+from spreeze_like.console import say
+
 
 def _stderr(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+    say(line, file=sys.stderr)
 
 
 def describe_os_error(exc: OSError) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 from spreeze_like.autotune.plan import Plan, make_plan
 from spreeze_like.autotune.probe import load_or_probe
 from spreeze_like.config import TrainConfig
+from spreeze_like.console import say
 
 # fields that steer the autotuner itself, or that describe the run, never count as "the user's setting"
 _NOT_SETTINGS = {"autotune", "plan_only", "reprobe", "probe_budget"}
@@ -55,7 +56,7 @@ def parallel_mode_available() -> bool:
 def autotune(
     config: TrainConfig,
     explicit: Collection[str] | None = None,
-    print_fn: Callable[[str], None] = print,
+    print_fn: Callable[[str], None] = say,
     parallel_available: bool | None = None,
 ) -> tuple[TrainConfig, Plan]:
     """Probe this machine for ``config.env`` (or use the cache), plan, print the plan, return the tuned config.

@@ -24,6 +24,7 @@ import math
 import time
 from pathlib import Path
 
+from spreeze_like.console import say
 from spreeze_like.procs.control import EXIT, RUN, RUNNING, ChildArgs, Control, mark_ready, set_state
 from spreeze_like.procs.segments import Attached
 from spreeze_like.roles import build
@@ -34,7 +35,7 @@ EVALS_FILE = "evals.jsonl"
 
 
 def _print(line: str) -> None:
-    print(line, flush=True)  # a child's stdout is a pipe or a file more often than a terminal
+    say(line)  # a child's stdout is a pipe or a file more often than a terminal (console.py: a closed one)
 
 
 def append_result(run_dir: str | Path, result: EvalResult, wall_s: float, guard: WriteGuard | None = None) -> None:

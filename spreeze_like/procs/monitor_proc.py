@@ -30,13 +30,14 @@ import time
 from collections.abc import Mapping
 from typing import Any
 
+from spreeze_like.console import say
 from spreeze_like.procs.control import EXIT, RUNNING, SUPERVISOR, ChildArgs, Control, mark_ready, set_state
 from spreeze_like.procs.segments import Attached
 from spreeze_like.roles.monitor import Monitor
 
 
 def _print(line: str) -> None:
-    print(line, flush=True)  # a child's stdout is a pipe or a file more often than a terminal
+    say(line)  # a child's stdout is a pipe or a file more often than a terminal (console.py: a closed one)
 
 
 class ParallelScalars:

@@ -23,6 +23,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from spreeze_like.console import say
 from spreeze_like.errors import SpreezeError
 from spreeze_like.procs.control import DONE, EXIT, ChildArgs, Control, set_state
 from spreeze_like.procs.segments import Attached
@@ -85,4 +86,4 @@ class Unreachable:
 
 
 def _say(line: str) -> None:
-    print(line, flush=True)
+    say(line)

@@ -1,0 +1,74 @@
+"""A closed stdout (``python -m spreeze_like.run | head``) drops the console lines; the run trains on to its end.
+
+Before spreeze_like.console, the first progress line after the reader quit raised BrokenPipeError: the
+monitor died (and was restarted, to die again) and the supervisor ended the run with a traceback;
+``--list-presets | head`` ended in a traceback too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spreeze_like.console import CLOSED_NOTE
+
+from parallel.helpers import TINY_ARGS, assert_nothing_left, cli_env, only_run_dir
+
+TINY_SERIAL = ["--serial", "--hidden-sizes", "32", "32", "--batch-size", "32", "--learning-starts", "200",
+               "--eval-every", "0", "--eval-episodes", "2", "--tb-interval", "0", "--checkpoint-every", "0"]
+
+
+def run_with_stdout_closed_early(*args: str, timeout: float = 240) -> tuple[int, str]:
+    """Run the CLI, read its first stdout line, close the pipe (as ``| head -1`` does); return (status, stderr)."""
+    proc = subprocess.Popen([sys.executable, "-m", "spreeze_like.run", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=cli_env())
+    try:
+        assert proc.stdout.readline().startswith("[spreeze]")
+        proc.stdout.close()
+        _, err = proc.communicate(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, err
+
+
+def assert_finished(status: int, err: str, run_dir: Path, steps: int) -> None:
+    assert status == 0, err
+    assert "Traceback" not in err and "BrokenPipeError" not in err, err
+    assert err.count(CLOSED_NOTE) >= 1, err
+    assert (run_dir / "checkpoints" / f"ckpt_{steps:010d}.pt").is_file(), list(run_dir.rglob("*"))
+
+
+def test_serial_run_goes_on_when_stdout_is_closed(tmp_path):
+    status, err = run_with_stdout_closed_early(*TINY_SERIAL, "--total-steps", "800", "--log-interval", "0.05",
+                                               "--logdir", str(tmp_path))
+    assert_finished(status, err, only_run_dir(tmp_path), 800)
+
+
+@pytest.mark.multiproc
+def test_parallel_run_goes_on_when_stdout_is_closed(tmp_path):
+    status, err = run_with_stdout_closed_early(*TINY_ARGS, "--total-steps", "800", "--log-interval", "0.2",
+                                               "--logdir", str(tmp_path))
+    run_dir = only_run_dir(tmp_path)
+    assert_finished(status, err, run_dir, 800)
+    status_json = json.loads((run_dir / "status.json").read_text())
+    assert status_json["roles"]["monitor"]["restarts"] == 0  # it printed on into the closed pipe without dying
+    assert_nothing_left(run_dir)
+
+
+def test_list_presets_into_a_closed_pipe_is_quiet():
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # the reader is gone before the first line (a pipe buffer would hide a later close)
+    try:
+        proc = subprocess.run([sys.executable, "-m", "spreeze_like.run", "--list-presets"], stdout=write_end,
+                              stderr=subprocess.PIPE, text=True, env=cli_env(), timeout=60, check=False)
+    finally:
+        os.close(write_end)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr, proc.stderr
