@@ -30,6 +30,7 @@ final observation (gymnasium 1.x vector autoreset would hand back the reset obse
 from __future__ import annotations
 
 import importlib
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -111,6 +112,19 @@ def _unregistered_hint(module: str, env_id: str) -> str:
     return hint
 
 
+def _make_quietly_on_failure(env_id: str, kwargs: dict[str, Any]) -> gym.Env:
+    """``gym.make``, its warnings shown only if it succeeds: a failed make is our one error line alone.
+
+    gymnasium warns before it raises (``Pendulum-v0``: a coloured DeprecationWarning of two lines, then
+    DeprecationWarning: "version v0 ... is deprecated"), which put two lines above the ``error:`` line.
+    """
+    with warnings.catch_warnings(record=True) as caught:
+        instance = gym.make(env_id, **kwargs)
+    for w in caught:  # already filtered when recorded; shown as they would have been
+        warnings.showwarning(w.message, w.category, w.filename, w.lineno, w.file, w.line)
+    return instance
+
+
 def make_env(env: str, render_mode: str | None = None) -> gym.Env:
     """Make a checked env with actions rescaled to [-1, 1]. Raises EnvError for any unusable env."""
     module, env_id = _split_entry_point(env)
@@ -118,7 +132,7 @@ def make_env(env: str, render_mode: str | None = None) -> gym.Env:
         _import_module(module, env)
     kwargs: dict[str, Any] = {} if render_mode is None else {"render_mode": render_mode}
     try:
-        instance = gym.make(env_id, **kwargs)
+        instance = _make_quietly_on_failure(env_id, kwargs)
     except gym.error.Error as exc:  # NameNotFound, VersionNotFound, NamespaceNotFound, DependencyNotInstalled
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if module and isinstance(exc, gym.error.NameNotFound):

@@ -58,6 +58,14 @@ def test_bad_input_exits_2_with_one_line(args, fragments):
     assert_one_line_error(run_cli(*args, "--log-interval", "0"), *fragments)
 
 
+def test_deprecated_env_version_is_one_line_with_warnings_shown():
+    """As a user's shell runs it (no PYTHONWARNINGS): gymnasium's DeprecationWarning stayed above the error line."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONWARNINGS"}
+    proc = subprocess.run([sys.executable, "-m", "spreeze_like.run", "--env", "Pendulum-v0"], capture_output=True,
+                          text=True, check=False, timeout=120, env=env)
+    assert_one_line_error(proc, "cannot make env 'Pendulum-v0'", "Pendulum-v1")
+
+
 @pytest.mark.parametrize("mode", [[], ["--serial"]])
 def test_unwritable_logdir(tmp_path, mode):
     blocker = tmp_path / "a_file"

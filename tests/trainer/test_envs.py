@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import warnings
 
 import gymnasium as gym
 import numpy as np
@@ -29,6 +30,15 @@ def test_module_entry_point_and_rescaling_to_env_bounds():
     env.reset(seed=0)
     rewards = [env.step(np.array([a], np.float32))[1] for a in (-1.0, 0.0, 0.5, 1.0)]
     assert rewards == pytest.approx([-2.0, 0.0, 1.0, 2.0])
+
+
+def test_a_failed_make_shows_no_gymnasium_warning_above_the_error():
+    """Pendulum-v0: gymnasium warned (two coloured lines on the console) before it raised."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(EnvError, match="Pendulum-v0.*deprecated.*Pendulum-v1"):
+            make_env("Pendulum-v0")
+    assert [str(w.message) for w in caught] == []
 
 
 def test_discrete_action_space_is_refused():
