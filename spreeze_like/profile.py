@@ -4,7 +4,8 @@ Runs every probe of :mod:`spreeze_like.autotune.probe` for one env (progress lin
 measures, about a minute and a half in all by default), then
 
 * prints a readable report (hardware, /dev/shm, GPUs, memcpy, ring, env and sampler rates, update
-  rates by batch size per device) and the plan ``--autotune`` would make for default settings;
+  rates by batch size per device) and the plan ``--autotune`` would make for default settings (the
+  algorithm and network timed are the env's, as a run gets them from its presets: :func:`run_settings`);
 * writes the results as JSON (``profile.json`` in the output folder, or ``--json PATH``);
 * writes the curves to TensorBoard in ``<logdir>/profile__<unixtime>/`` (see
   :mod:`spreeze_like.autotune.report` for the tags): ``tensorboard --logdir runs``;
@@ -21,6 +22,7 @@ import argparse
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from spreeze_like.console import say
 from spreeze_like.errors import ConfigError, SpreezeError
@@ -35,9 +37,11 @@ def build_parser() -> argparse.ArgumentParser:
                       description="Measure this machine for spreeze_like: report, JSON, TensorBoard curves.")
     p.add_argument("--env", default=DEFAULT_ENV_ID,
                    help=f"gymnasium env id (or module:EnvId) to measure (default: {DEFAULT_ENV_ID})")
-    p.add_argument("--algo", default="sac", choices=ALGOS, help="algorithm whose updates are timed")
-    p.add_argument("--hidden-sizes", type=int, nargs="+", default=[256, 256], metavar="N",
-                   help="hidden layer widths of actor and critic (default: 256 256)")
+    p.add_argument("--algo", default=None, choices=ALGOS,
+                   help="algorithm whose updates are timed (default: the env's, as a run without --algo gets it)")
+    p.add_argument("--hidden-sizes", type=int, nargs="+", default=None, metavar="N",
+                   help="hidden layer widths of actor and critic (default: the env's preset for the algorithm, "
+                        "as a run gets them; else 256 256)")
     p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S,
                    help=f"seconds of measuring; process start-ups add a few (default: {DEFAULT_BUDGET_S:.0f})")
     p.add_argument("--devices", nargs="+", default=None, metavar="DEV",
@@ -66,6 +70,26 @@ def _output_dir(logdir: str) -> Path:
     raise ConfigError(f"too many profile folders under {base} this second; retry")
 
 
+def run_settings(env: str, algo: str | None, hidden_sizes: list[int] | None) -> tuple[Any, set[str]]:
+    """The settings a default run on ``env`` gets (its algorithm and preset laid under what was given here),
+    and the names set by a flag here or by a preset (the plan keeps those, as in a run).
+
+    The probe cache is keyed by env, algorithm and network, so the profile must time the ones that
+    ``--autotune`` will look up: Pendulum-v1's SAC preset has 96 x 96 layers and HalfCheetah-v5's
+    algorithm is CrossQ, where a fixed ``sac`` / 256 x 256 here refreshed a cache file no run read.
+    """
+    from spreeze_like.config import TrainConfig
+    from spreeze_like.layering import lay_presets
+
+    given: dict[str, Any] = {"env": env}
+    if algo is not None:
+        given["algo"] = algo
+    if hidden_sizes is not None:
+        given["hidden_sizes"] = tuple(hidden_sizes)
+    config, sources = lay_presets(TrainConfig(**given), dict.fromkeys(given, "flag"))
+    return config, set(sources)
+
+
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the exit status."""
     args = build_parser().parse_args(sys.argv[1:] if argv is None else argv)
@@ -79,14 +103,16 @@ def main(argv: list[str] | None = None) -> int:
         from spreeze_like.autotune.probe import probe_machine
         from spreeze_like.autotune.report import report_text, write_tensorboard
 
-        path = cache.cache_path(hardware.fingerprint(), args.env, args.algo, args.hidden_sizes)
+        settings, kept = run_settings(args.env, args.algo, args.hidden_sizes)
+        algo, hidden = settings.algo, list(settings.hidden_sizes)
+        path = cache.cache_path(hardware.fingerprint(), args.env, algo, hidden)
         if args.cached:
             results = cache.load_cached(path)
             if results is None:
                 raise ConfigError(f"no cached probe results for {args.env} on this machine ({path}); "
                                   "run without --cached to measure")
         else:
-            results = probe_machine(args.env, args.algo, args.hidden_sizes, args.budget, args.devices, progress)
+            results = probe_machine(args.env, algo, hidden, args.budget, args.devices, progress)
             try:
                 cache.save_results(results, path)
             except OSError as exc:
@@ -101,12 +127,9 @@ def main(argv: list[str] | None = None) -> int:
         write_tensorboard(results, out_dir)
         say(report_text(results))
         if not args.no_plan:
-            from spreeze_like.autotune.apply import parallel_mode_available
+            from spreeze_like.autotune.apply import explicit_fields, parallel_mode_available
             from spreeze_like.autotune.plan import make_plan
-            from spreeze_like.config import TrainConfig
-
-            config = TrainConfig(env=args.env, algo=args.algo, hidden_sizes=tuple(args.hidden_sizes))
-            say(make_plan(results, config, (), parallel_mode_available()).text())
+            say(make_plan(results, settings, explicit_fields(settings, kept), parallel_mode_available()).text())
     except SpreezeError as exc:
         say(f"error: {exc}", file=sys.stderr)
         return exc.exit_code

@@ -57,8 +57,31 @@ def test_profile_writes_json_tensorboard_and_the_cache(profiled):
     for tag in ("updates/cpu_1t/critic_updates_per_s", "updates/cpu_1t/actor_updates_per_s",
                 "data/memcpy_gb_per_s", "data/ring_transitions_per_s", "env/step_alone_per_s"):
         assert tag in tags
-    (cached,) = (xdg / "spreeze_like" / "probes").glob("*__Pendulum-v1__sac-256x256.json")
+    # the network a default Pendulum-v1 run gets from its preset (96 x 96), not a fixed 256 x 256
+    (cached,) = (xdg / "spreeze_like" / "probes").glob("*__Pendulum-v1__sac-96x96.json")
     assert ProbeResults.load(cached).created == results.created
+    assert "updates (sac, hidden 96x96)" in profiled[0].stdout
+
+
+def test_autotune_after_a_profile_uses_its_cache(profiled, tmp_path):
+    """The README's promise: the profile refreshes the cache that --autotune reads (it wrote one no run read)."""
+    _, xdg, _ = profiled
+    proc = run_module("spreeze_like.run", "--plan-only", "--probe-budget", "0.5", "--logdir", str(tmp_path),
+                      xdg=xdg)
+    assert proc.returncode == 0, proc.stderr
+    assert "using cached probe results" in proc.stdout and "probing this machine" not in proc.stdout, proc.stdout
+
+
+def test_profile_times_the_algorithm_and_network_a_run_gets():
+    from spreeze_like.presets import default_algo
+    from spreeze_like.profile import run_settings
+
+    settings, kept = run_settings("HalfCheetah-v5", None, None)
+    assert settings.algo == default_algo("HalfCheetah-v5")[0] == "crossq"
+    assert {"algo", "total_steps"} <= kept  # from algos.toml and crossq.toml: the plan keeps them, as in a run
+    settings, kept = run_settings("Pendulum-v1", "td3", [64, 64])
+    assert (settings.algo, settings.hidden_sizes) == ("td3", (64, 64))
+    assert run_settings("Pendulum-v1", None, None)[0].hidden_sizes == (96, 96)
 
 
 def test_plan_only_prints_the_plan_from_the_cache_and_trains_nothing(tmp_path):
