@@ -1,7 +1,7 @@
 """The command line: one ``--flag`` per :class:`~spreeze_like.config.TrainConfig` field, and its layers.
 
 :func:`build_parser` adds a flag per dataclass field with the field's help line and default (plus
-``--config FILE`` and ``--list-presets``); :func:`parse_command_line` merges the user's layers,
+``--config FILE`` and ``--list-presets``), in ``--help`` sections by topic (:data:`HELP_GROUPS`); :func:`parse_command_line` merges the user's layers,
 later wins -- ``--config FILE`` (JSON) < the resumed run's config.json < the flags typed -- and says
 where each value came from (``config-file`` / ``resume`` / ``flag``). On ``--resume`` only the flags
 typed now override the saved config (Sample Factory's rule), and a saved ``module:EnvId`` is refused
@@ -44,18 +44,62 @@ def _auto_or(base: type) -> Any:
     return parse
 
 
-def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
-    """Add one ``--flag`` per dataclass field, with its help line and default.
+# --help's sections, in order: (title, TrainConfig fields). A field in none of them is listed under
+# OTHER_GROUP (tests/trainer/test_config.py asserts that none is: place a new field here).
+HELP_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("what to train", ("env", "algo", "presets", "total_steps", "seed", "resume")),
+    ("sampling", ("samplers", "envs_per_sampler", "learning_starts", "exploration_noise")),
+    ("remote samplers on Ray", ("ray", "remote_samplers", "remote_envs_per_sampler", "remote_batch",
+                                "remote_place_timeout_s")),
+    ("replay", ("buffer_size", "prioritized", "priority_alpha", "priority_beta")),
+    ("learning", ("batch_size", "utd", "gamma", "tau", "actor_lr", "critic_lr", "alpha_lr", "alpha_init",
+                  "target_entropy", "policy_delay", "policy_noise", "noise_clip", "hidden_sizes",
+                  "weight_sync_period", "max_nonfinite_steps")),
+    ("devices and speed", ("actor_device", "critic_device", "precision", "learner_step", "device_replay",
+                           "updates_per_graph", "torch_threads")),
+    ("evaluation, logging and checkpoints", ("eval_every", "eval_episodes", "stop_at_return", "logdir",
+                                             "log_interval", "tb_interval", "checkpoint_every", "keep_checkpoints")),
+    ("faults (parallel mode)", ("max_restarts", "sampler_hang_s", "learner_hang_s", "evaluator_hang_s")),
+    ("mode and autotuning", ("serial", "autotune", "plan_only", "reprobe", "probe_budget")),
+)
+OTHER_GROUP = "other settings"
+
+# shown as written (RawDescriptionHelpFormatter): lines under 80 columns
+DESCRIPTION = """\
+Train an off-policy actor-critic agent (SAC, TD3, DDPG, CrossQ) on a gymnasium
+env with continuous actions. A setting you do not give comes from the env's
+preset (--list-presets), else from the default shown below; the run's header
+prints where each of its settings came from."""
+EPILOG = """\
+Each run writes <logdir>/<env>__<algo>__<seed>__<unixtime>/ (config.json,
+checkpoints, TensorBoard events). Watch runs live with:
+  tensorboard --logdir runs"""
+
+
+def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, sections: dict[str, Any] | None = None,
+                            groups: tuple[tuple[str, tuple[str, ...]], ...] = ()) -> None:
+    """Add one ``--flag`` per dataclass field, with its help line and default, in the sections ``groups`` names.
 
     Defaults are ``argparse.SUPPRESS`` so that the parsed namespace holds only the flags the user
-    typed; :func:`parse_cli` layers them over config files and saved configs.
+    typed; :func:`parse_cli` layers them over config files and saved configs. With ``groups``, each
+    field's flag goes into its section (``sections``: the argument groups by title, made here when
+    missing); fields in none go to an ``other settings`` section at the end.
     """
     hints = field_types(cls)
+    sections = sections if sections is not None else {}
+    for title, _ in groups:
+        sections.setdefault(title, parser.add_argument_group(title))
+    home = {name: sections[title] for title, names in groups for name in names}
+    other: Any = None
     for f in dataclasses.fields(cls):
+        if groups and f.name not in home:
+            other = other or parser.add_argument_group(OTHER_GROUP)
+        target = home.get(f.name, other) if groups else parser
         flag = "--" + f.name.replace("_", "-")
         base, optional = unwrap_optional(hints[f.name])
         default = f.default if f.default is not dataclasses.MISSING else f.default_factory()  # type: ignore[misc]
         shown = "auto" if default is None else (" ".join(map(str, default)) if isinstance(default, tuple) else default)
+        shown = "none" if shown == "" else shown
         shown = f.metadata.get("shown", shown)
         kwargs: dict[str, Any] = {
             "help": f"{f.metadata.get('help', '')} (default: {shown})",
@@ -73,27 +117,27 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type) -> None:
             if "choices" in f.metadata:
                 kwargs["choices"] = f.metadata["choices"]
                 kwargs.pop("metavar")
-        parser.add_argument(flag, **kwargs)
+        target.add_argument(flag, **kwargs)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = OneLineParser(
-        prog="python -m spreeze_like.run",
-        description="Train an off-policy actor-critic agent (SAC, TD3, DDPG) on a gymnasium env.",
-    )
-    parser.add_argument(
+    parser = OneLineParser(prog="python -m spreeze_like.run", usage="%(prog)s [--flag VALUE ...]",
+                           description=DESCRIPTION, epilog=EPILOG, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sections = {title: parser.add_argument_group(title) for title, _ in HELP_GROUPS}
+    first = sections[HELP_GROUPS[0][0]]  # --config and --list-presets head the first section
+    first.add_argument(
         "--config",
         metavar="FILE",
         default=None,
         help="JSON file of settings (keys are the field names below, e.g. total_steps; a run's config.json works)",
     )
-    parser.add_argument(
+    first.add_argument(
         "--list-presets",
         action="store_true",
         default=argparse.SUPPRESS,
         help="print the per-env presets of every algorithm (or of --algo; of --presets FILE) and exit",
     )
-    add_dataclass_arguments(parser, TrainConfig)
+    add_dataclass_arguments(parser, TrainConfig, sections, HELP_GROUPS)
     return parser
 
 

@@ -28,6 +28,31 @@ def test_every_field_is_a_flag_with_help():
         assert f.metadata["help"]
 
 
+def test_help_is_in_sections_with_every_field_placed():
+    from spreeze_like.flags import HELP_GROUPS, OTHER_GROUP
+
+    placed = [name for _, names in HELP_GROUPS for name in names]
+    fields = [f.name for f in dataclasses.fields(TrainConfig)]
+    assert sorted(placed) == sorted(fields)  # each field in exactly one section; none stale
+    help_text = build_parser().format_help()
+    assert OTHER_GROUP not in help_text
+    starts = [help_text.index(f"\n{title}:\n") for title, _ in HELP_GROUPS]
+    assert starts == sorted(starts)
+    for (title, names), start, end in zip(HELP_GROUPS, starts, [*starts[1:], len(help_text)]):
+        section = help_text[start:end]
+        for name in names:
+            assert "\n  --" + name.replace("_", "-") in section, (title, name)
+    assert help_text.index("--config FILE") < starts[1] and help_text.index("--list-presets") < starts[1]
+
+
+def test_help_names_every_algorithm_says_where_runs_go_and_shows_no_empty_default():
+    help_text = build_parser().format_help()
+    assert "(SAC, TD3, DDPG, CrossQ)" in help_text
+    assert "tensorboard --logdir runs" in help_text
+    assert "(default: )" not in help_text
+    assert len(help_text.split("\n\n", 1)[0].splitlines()) == 1  # the usage line, not 40 lines of flags
+
+
 def test_flags_parse_to_typed_values():
     cfg = parse_cli(
         [
