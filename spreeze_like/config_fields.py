@@ -8,6 +8,7 @@ is a one-line :class:`~spreeze_like.errors.ConfigError` (or argparse's ``error: 
 from __future__ import annotations
 
 import argparse
+import difflib
 import json
 import types
 import typing
@@ -86,7 +87,24 @@ def load_json_file(path: str | Path) -> dict[str, Any]:
 
 # --- the command line's error convention (spreeze_like.flags builds the parser) ----------------------
 class OneLineParser(argparse.ArgumentParser):
-    """argparse that reports a bad flag as one ``error: ...`` line on stderr and exits with status 2."""
+    """argparse that reports a bad flag as one ``error: ...`` line on stderr and exits with status 2.
+
+    An unknown ``--flag`` close to a real one is answered with it: ``--totl-steps 5``: did you mean
+    ``--total-steps``? (Python 3.14's ``suggest_on_error`` does this for choices only.)
+    """
 
     def error(self, message: str) -> typing.NoReturn:  # argparse's own contract
-        self.exit(2, f"error: {message} (see {self.prog} --help)\n")
+        self.exit(2, f"error: {message}{self._did_you_mean(message)} (see {self.prog} --help)\n")
+
+    def _did_you_mean(self, message: str) -> str:
+        prefix = "unrecognized arguments: "
+        if not message.startswith(prefix):
+            return ""
+        known = [s for s in self._option_string_actions if s.startswith("--")]
+        hints = []
+        for token in message[len(prefix):].split():
+            flag = token.split("=", 1)[0]
+            close = difflib.get_close_matches(flag, known, n=1, cutoff=0.75) if flag.startswith("--") else []
+            if close:
+                hints.append(f"{flag}: did you mean {close[0]}?")
+        return "; " + "; ".join(hints) if hints else ""

@@ -53,6 +53,16 @@ def test_help_names_every_algorithm_says_where_runs_go_and_shows_no_empty_defaul
     assert len(help_text.split("\n\n", 1)[0].splitlines()) == 1  # the usage line, not 40 lines of flags
 
 
+@pytest.mark.parametrize("typed, meant", [("--totl-steps", "--total-steps"), ("--total_steps", "--total-steps"),
+                                          ("--prioritised", "--prioritized")])
+def test_a_mistyped_flag_is_answered_with_the_real_one(capsys, typed, meant):
+    with pytest.raises(SystemExit) as stop:
+        build_parser().parse_args([typed, "5"])
+    lines = capsys.readouterr().err.splitlines()
+    assert stop.value.code == 2 and len(lines) == 1 and lines[0].startswith("error: unrecognized arguments")
+    assert f"{typed}: did you mean {meant}?" in lines[0]
+
+
 def test_flags_parse_to_typed_values():
     cfg = parse_cli(
         [
