@@ -195,13 +195,22 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     return payload
 
 
-def check_compatible(payload: dict[str, Any], env: str, algo: str, path: str | Path) -> None:
-    """Refuse a checkpoint made for another env or algorithm (its networks would not fit or mean anything)."""
+def check_compatible(payload: dict[str, Any], env: str, algo: str, path: str | Path,
+                     hidden_sizes: tuple[int, ...] | None = None) -> None:
+    """Refuse a checkpoint made for another env, algorithm or network shape (its networks would not fit
+    or mean anything), naming the setting, before any process starts."""
     saved = payload.get("config", {})
     if saved.get("env") != env or saved.get("algo") != algo:
         raise CheckpointError(
             f"checkpoint {path} is from env {saved.get('env')!r} with algo {saved.get('algo')!r}, not {env!r} with "
             f"{algo!r}; resume with the same --env/--algo or start a new run without --resume"
+        )
+    then = saved.get("hidden_sizes")
+    if hidden_sizes is not None and isinstance(then, (list, tuple)) and tuple(then) != tuple(hidden_sizes):
+        widths = " ".join(map(str, then))
+        raise CheckpointError(
+            f"checkpoint {path} holds networks with --hidden-sizes {widths}, not {' '.join(map(str, hidden_sizes))}; "
+            f"resume without --hidden-sizes (or with --hidden-sizes {widths}), or start a new run without --resume"
         )
 
 

@@ -62,6 +62,14 @@ def test_foreign_checkpoint_refused(tmp_path):
     check_compatible(payload(1), "Pendulum-v1", "sac", "p")
 
 
+def test_checkpoint_of_other_network_widths_refused():
+    wide = {**payload(1), "config": {"env": "Pendulum-v1", "algo": "sac", "hidden_sizes": [256, 256]}}
+    with pytest.raises(CheckpointError, match="--hidden-sizes 256 256, not 64 64;"):
+        check_compatible(wide, "Pendulum-v1", "sac", "p", (64, 64))
+    check_compatible(wide, "Pendulum-v1", "sac", "p", (256, 256))
+    check_compatible(payload(1), "Pendulum-v1", "sac", "p", (64, 64))  # an old checkpoint without the field
+
+
 def test_process_rng_round_trip(tmp_path):
     state = capture_process_rng()
     save_checkpoint(tmp_path, {**payload(1), "rng": state}, 1)
