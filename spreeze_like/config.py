@@ -88,7 +88,7 @@ class TrainConfig:
         DEFAULT_ENV_ID, "gymnasium env id, or module:EnvId to import your own registered env first", metavar="ID"
     )
     algo: str = _f("sac", "algorithm; not given: the env's in presets/algos.toml (SAC unless a measurement chose "
-                   "another; --list-presets shows them)", choices=ALGOS)
+                   "another; --list-presets shows them)", choices=ALGOS, shown="the env's, else sac")
     presets: str = _f(
         "", "TOML file of per-env presets to read instead of the shipped spreeze_like/presets/<algo>.toml "
         "(--list-presets shows them)", metavar="FILE"

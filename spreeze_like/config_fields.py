@@ -78,7 +78,8 @@ def load_json_file(path: str | Path) -> dict[str, Any]:
     try:
         text = Path(path).read_text()
     except OSError as exc:
-        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}") from None
+        raise ConfigError(f"cannot read config file {path}: {exc.strerror or exc}; give --config the path of a JSON "
+                          "file of settings (a run's config.json works)") from None
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -90,8 +91,14 @@ class OneLineParser(argparse.ArgumentParser):
     """argparse that reports a bad flag as one ``error: ...`` line on stderr and exits with status 2.
 
     An unknown ``--flag`` close to a real one is answered with it: ``--totl-steps 5``: did you mean
-    ``--total-steps``? (Python 3.14's ``suggest_on_error`` does this for choices only.)
+    ``--total-steps``? (Python 3.14's ``suggest_on_error`` does this for choices only.) Abbreviated
+    flags are not accepted: ``--hidden-size 3`` would silently be ``--hidden-sizes 3`` (argparse's
+    default), and a prefix that is unique today becomes ambiguous when a flag is added.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> typing.NoReturn:  # argparse's own contract
         self.exit(2, f"error: {message}{self._did_you_mean(message)} (see {self.prog} --help)\n")

@@ -186,6 +186,8 @@ def parse_command_line(argv: list[str] | None = None) -> CommandLine:
     resume = ns.get("resume") or merged.get("resume")
     if resume and not list_presets:
         saved_path = Path(resume) / "config.json"
+        if not Path(resume).is_dir():
+            raise ConfigError(f"--resume {resume}: no such folder; give a run folder made by spreeze_like (runs/...)")
         if not saved_path.is_file():
             raise ConfigError(f"--resume {resume}: no config.json there; give a run folder made by spreeze_like")
         saved = load_json_file(saved_path)

@@ -85,6 +85,16 @@ def test_checkpoint_from_another_algo_or_env(finished_run):
     )
 
 
+def test_checkpoint_with_other_hidden_sizes_names_the_setting(finished_run):
+    """Before: the networks failed to load in the learners, 'does not fit this config (Error(s) in loading
+    state_dict for Critic:)', naming no setting."""
+    saved = " ".join(map(str, TINY["hidden_sizes"]))
+    assert_one_line_error(
+        run_cli("--resume", str(finished_run), "--hidden-sizes", "7", "7", "--total-steps", "600"),
+        f"--hidden-sizes {saved}, not 7 7", f"resume without --hidden-sizes (or with --hidden-sizes {saved})",
+    )
+
+
 def test_corrupt_checkpoint(finished_run, tmp_path):
     import shutil
 
@@ -96,7 +106,18 @@ def test_corrupt_checkpoint(finished_run, tmp_path):
 
 
 def test_resume_of_a_missing_folder(tmp_path):
-    assert_one_line_error(run_cli("--resume", str(tmp_path / "nope")), "--resume")
+    assert_one_line_error(run_cli("--resume", str(tmp_path / "nope")), "--resume", "no such folder")
+
+
+def test_a_missing_config_file_says_what_to_give(tmp_path):
+    assert_one_line_error(run_cli("--config", str(tmp_path / "nope.json")), "No such file",
+                          "give --config the path of a JSON file of settings")
+
+
+def test_an_abbreviated_flag_is_refused_not_guessed():
+    """argparse's default took --hidden-size 3 as --hidden-sizes 3 and trained a whole run with it."""
+    assert_one_line_error(run_cli("--hidden-size", "3", "--total-steps", "10"), "unrecognized arguments",
+                          "did you mean --hidden-sizes?")
 
 
 def test_package_import_stays_light():
