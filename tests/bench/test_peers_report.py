@@ -123,7 +123,7 @@ def test_a_command_cut_short_keeps_every_finished_run(tmp_path, monkeypatch):
 
     def run_peer(args, peer, seed, scratch):
         if peer == "sb3":
-            raise KeyboardInterrupt  # what SIGINT from a time limit raises in the middle of a run
+            raise KeyboardInterrupt  # the command cut in the middle of a run (timeout's SIGTERM ends it there)
         return RunRecord(peer, seed, 7.0)
 
     monkeypatch.setattr(bench_vs_sb3, "run_peer", run_peer)
