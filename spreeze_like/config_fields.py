@@ -34,23 +34,33 @@ def unwrap_optional(tp: Any) -> tuple[Any, bool]:
     return tp, False
 
 
+def typed_value(tp: Any, value: Any) -> tuple[bool, Any]:
+    """Whether ``value`` (from JSON or TOML) is of the field type ``tp``, and the value as the field holds it.
+
+    ``tp`` is bool, int, float, str, or a tuple of whole numbers (``tuple`` or ``tuple[int, ...]``:
+    a JSON or TOML array). A bool is not a number here, an int is a float (converted), and an array
+    becomes a tuple. Any other type is taken as it is (the config's own checks follow).
+    """
+    if tp is bool:
+        return isinstance(value, bool), value
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool), value
+    if tp is float:
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return ok, float(value) if ok else value
+    if tp is str:
+        return isinstance(value, str), value
+    if tp is tuple or typing.get_origin(tp) is tuple:
+        ok = isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
+        return ok, tuple(value) if ok else value
+    return True, value
+
+
 def _coerce(name: str, tp: Any, value: Any, source: str) -> Any:
     base, optional = unwrap_optional(tp)
     if value is None and optional:
         return None
-    ok = True
-    if base is bool:
-        ok = isinstance(value, bool)
-    elif base is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif base is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok else value
-    elif base is str:
-        ok = isinstance(value, str)
-    elif typing.get_origin(base) is tuple:
-        ok = isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-        value = tuple(value) if ok else value
+    ok, value = typed_value(base, value)
     if not ok:
         raise ConfigError(
             f"{source}: {name} = {value!r} has the wrong type; expected {getattr(base, '__name__', base)}"

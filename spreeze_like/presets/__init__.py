@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from spreeze_like.config_fields import typed_value
 from spreeze_like.errors import ConfigError
 
 if sys.version_info >= (3, 11):
@@ -142,16 +143,7 @@ def _checked(label: str, entry: str, key: str, value: Any) -> Any:
     if key not in PRESET_FIELDS:
         raise ConfigError(f"{where}: unknown setting {key}; a preset may set {', '.join(PRESET_FIELDS)}")
     expected = PRESET_FIELDS[key]
-    if expected is bool:
-        ok = isinstance(value, bool)
-    elif expected is int:
-        ok = isinstance(value, int) and not isinstance(value, bool)
-    elif expected is float:
-        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
-        value = float(value) if ok else value
-    else:  # a tuple of whole numbers (hidden_sizes): a TOML array
-        ok = isinstance(value, list) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
-        value = tuple(value) if ok else value
+    ok, value = typed_value(expected, value)  # a tuple field (hidden_sizes) is a TOML array
     if not ok:
         what = "an array of whole numbers" if expected is tuple else expected.__name__
         raise ConfigError(f"{where}: {key} = {value!r} has the wrong type; expected {what}")
