@@ -357,8 +357,10 @@ class Supervisor:
     # --- checkpoints ----------------------------------------------------------------------------------------
     def finish_checkpoint(self, snap: dict[str, dict[str, float]], timeout_s: float) -> bool:
         """Assemble the pending checkpoint if the learners wrote their parts; True once settled."""
+        began = time.monotonic()
         with self.signals.deferred():  # a forcing signal lets the checkpoint being written finish first
             outcome = self.ckpt.try_finish(snap, self.global_step(snap), eval_history(self.run_dir), timeout_s)
+        self.hangs.busy(time.monotonic() - began)  # the loop was working, not stopped (procs/hangs.py)
         if outcome == "skipped":
             self.say(f"[spreeze] checkpoint {self.ckpt.request} not acknowledged by the learners in "
                      f"{timeout_s:.0f} s; skipped")

@@ -72,6 +72,7 @@ class HangWatch:
                        "monitor": MONITOR_HANG_S, RAY_BRIDGE: config.sampler_hang_s}
         self.say = say
         self._checked_at: float | None = None
+        self._busy_s = 0.0  # the loop's own work since the last check (see busy)
         self._clocks_from = -math.inf  # ages count from here at the earliest (the end of the last pause)
         self._stopped_seen: dict[str, float] = {}  # role -> when its process was last seen stopped
         self._killed: dict[str, int | None] = {}  # role -> the pid returned as hung (it may take a while to go)
@@ -79,13 +80,22 @@ class HangWatch:
     def limit(self, role: str) -> float:
         return self.limits["sampler" if role.startswith("sampler-") else role]
 
+    def busy(self, seconds: float) -> None:
+        """The supervisor's loop spent ``seconds`` on work of its own since the last check: not a pause.
+
+        Assembling the first checkpoint imports torch in the supervisor (3 s on a 2-core machine,
+        measured), which read as "did not run for 3 s" in every default run before this.
+        """
+        self._busy_s += max(0.0, seconds)
+
     def check(self, now: float, children: Mapping[str, Any], snap: Mapping[str, Mapping[str, float]]) -> list[Hang]:
         """The live roles that are hung now (each process once); ``now`` is ``time.monotonic()``."""
-        if self._checked_at is not None and now - self._checked_at > PAUSE_GAP_S:
+        gap = (now - self._checked_at - self._busy_s) if self._checked_at is not None else 0.0
+        if gap > PAUSE_GAP_S:
             self._clocks_from = now
-            self.say(f"[spreeze] this process did not run for {now - self._checked_at:.0f} s (the run was stopped "
+            self.say(f"[spreeze] this process did not run for {gap:.0f} s (the run was stopped "
                      "or frozen, or the machine stalled); heartbeat ages count from now")
-        self._checked_at = now
+        self._checked_at, self._busy_s = now, 0.0
         hung = []
         for role, child in children.items():
             if not child.alive or self._killed.get(role) == child.pid:
