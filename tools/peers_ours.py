@@ -82,7 +82,8 @@ def run_ours(args: argparse.Namespace, seed: int, serial: bool, scratch: Path) -
         watcher.start()
         result = train(config, print_fn=lambda line: None)
     except KeyboardInterrupt:
-        pass
+        if not record.note:  # not the watcher's stop but the user's Ctrl-C: our run stopped cleanly, now the bench
+            raise
     finally:
         stop.set()
         os.environ.pop(EPISODE_DIR_VAR, None)

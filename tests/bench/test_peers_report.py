@@ -132,3 +132,19 @@ def test_a_command_cut_short_keeps_every_finished_run(tmp_path, monkeypatch):
                            "--no-png", "--device", "cpu"])
     partial = json.loads(out.read_text())["partial"]
     assert [(r["name"], r["seed"], r["wall_s"]) for r in partial] == [("ours", 1, 5.0), ("sbx", 1, 7.0)]
+
+
+def test_a_users_ctrl_c_during_our_run_stops_the_benchmark(tmp_path, monkeypatch):
+    """The benchmark stops our run with its own SIGINT (wall budget, thresholds reached) and goes on; a
+    Ctrl-C the watcher did not send used to be taken for one of those, so the peers then ran anyway."""
+    import peers_ours
+
+    def interrupted(config, print_fn):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr("spreeze_like.training.train", interrupted)
+    args = argparse.Namespace(set=[], device="cpu", total_steps=600, learning_starts=100, eval_every=0,
+                              eval_episodes=1, logdir=str(tmp_path / "runs"), env="Pendulum-v1", wall_budget=0.0,
+                              stop_when_reached=False)
+    with pytest.raises(KeyboardInterrupt):
+        peers_ours.run_ours(args, 1, True, tmp_path)
