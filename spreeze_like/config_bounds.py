@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import typing
 
+from spreeze_like.autotune.hardware import usable_cores as machine_cores  # the one count of this process's cores
 from spreeze_like.errors import ConfigError
 from spreeze_like.remote.address import parse_ray_address
 
@@ -32,14 +33,6 @@ PER_CORE = 4  # processes or threads per core past which more of them only time-
 # one bridge process would be the bottleneck (docs: RAY_REMOTE_SAMPLERS.md, sizing).
 MAX_REMOTE_SAMPLERS = 256
 MAX_REMOTE_BATCH = 16384  # rows per collect call: the design note's upper clamp (a 26.6 ms call across raylets)
-
-
-def machine_cores() -> int:
-    """The cores this process may run on (its affinity mask: a container's cpuset, not the host's count)."""
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except (AttributeError, OSError):  # not Linux
-        return max(1, os.cpu_count() or 1)
 
 
 def machine_memory_bytes() -> int:
