@@ -10,10 +10,10 @@ from __future__ import annotations
 import re
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from tool_help import accepts
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPT = REPO / "tools" / "gpu_session.sh"
@@ -54,11 +54,7 @@ def test_every_phase_has_its_commands():
 
 @pytest.mark.parametrize("argv", _commands(), ids=lambda argv: argv[0])
 def test_every_tool_and_flag_exists(argv):
-    script = REPO / argv[0]
-    assert script.is_file(), argv[0]
-    done = subprocess.run([sys.executable, str(script), "--help"], cwd=REPO, capture_output=True, text=True,
-                          timeout=120, check=False)
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert (REPO / argv[0]).is_file(), argv[0]
     for token in argv[1:]:
         if token.startswith("--"):
-            assert re.search(rf"(?<![\w-]){re.escape(token)}(?![\w-])", done.stdout), f"{argv[0]}: no {token}"
+            assert accepts(argv[0], token), f"{argv[0]}: no {token}"
