@@ -30,7 +30,9 @@ import numpy as np
 
 from spreeze_like.errors import CheckpointError, NonFiniteError
 
-FORMAT_VERSION = 1
+# 2: plain critics stack their Q networks layer by layer (algos/networks.EnsembleLinear). Format 1 loads
+# through algos/layout_v1.py; an older spreeze_like refuses format 2 in one line.
+FORMAT_VERSION = 2
 _NAME = re.compile(r"^ckpt_(\d{10,})\.pt$")
 
 
@@ -190,8 +192,18 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
         raise CheckpointError(
             f"checkpoint {path} is corrupt or unreadable ({type(exc).__name__}); delete it to resume from an older one"
         ) from None
-    if not isinstance(payload, dict) or payload.get("format_version") != FORMAT_VERSION or "roles" not in payload:
+    version = payload.get("format_version") if isinstance(payload, dict) else None
+    if version not in (1, FORMAT_VERSION) or not isinstance(payload.get("roles"), dict):
         raise CheckpointError(f"{path} is not a spreeze_like checkpoint of format {FORMAT_VERSION}; start a new run")
+    if version == 1:
+        from spreeze_like.algos.layout_v1 import upgrade_payload
+
+        try:
+            upgrade_payload(payload)
+        except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as exc:
+            raise CheckpointError(f"{path} is a format-1 checkpoint whose critic cannot be converted ({exc}); "
+                                  "resume it with spreeze_like 907d1e4 or start a new run") from None
+        payload["format_version"] = FORMAT_VERSION
     return payload
 
 

@@ -113,16 +113,94 @@ def critic_class(algo: str) -> type[nn.Module]:
     return CrossQCritic if algo == "crossq" else Critic
 
 
+class EnsembleLinear(nn.Module):
+    """``n`` linear layers of one shape applied together: ``[n, B, in] -> [n, B, out]`` in one batched matmul.
+
+    Why: a twin-Q critic built as two MLPs issues every matmul, bias add and ReLU twice, forward and
+    backward. At batch 256 on a GPU each of those is a kernel of a few microseconds whose latency, not
+    its arithmetic, sets the update rate (issue 15: a captured critic step is ~115 kernels); stacked,
+    each layer is one ``baddbmm`` whatever ``n`` is. An input ``[B, in]`` (the first layer's
+    ``cat(obs, action)``) is shared by all ``n`` layers without a copy.
+
+    ``weight[i]`` is ``layers[i].weight.T`` and ``bias[i, 0]`` is ``layers[i].bias``: built from
+    ``nn.Linear`` modules, so the initial weights are torch's default init, drawn in the same order as
+    ``n`` separate networks. ``fp32`` makes it an output head that computes in float32 inside a bf16
+    autocast region, as :class:`FP32Linear` does.
+    """
+
+    def __init__(self, layers: Sequence[nn.Linear], fp32: bool = False) -> None:
+        super().__init__()
+        with torch.no_grad():
+            self.weight = nn.Parameter(torch.stack([layer.weight.t() for layer in layers]).contiguous())
+            self.bias = nn.Parameter(torch.stack([layer.bias for layer in layers]).unsqueeze(1).contiguous())
+        self.fp32 = fp32
+
+    def forward(self, x: torch.Tensor, members: int | None = None) -> torch.Tensor:
+        """Apply the first ``members`` layers (all by default): ``[members, B, out]``."""
+        weight, bias = (self.weight, self.bias) if members is None else (self.weight[:members], self.bias[:members])
+        if x.dim() == 2:
+            x = x.expand(weight.shape[0], *x.shape)
+        if self.fp32 and torch.is_autocast_enabled(x.device.type):
+            with torch.autocast(device_type=x.device.type, enabled=False):
+                return torch.baddbmm(bias, x.float(), weight)
+        return torch.baddbmm(bias, x, weight)
+
+
 class Critic(nn.Module):
-    """``n_q`` independent Q networks Q(s, a) -> [B] (twin for SAC/TD3, single for DDPG)."""
+    """``n_q`` independent Q networks Q(s, a) -> [B] (twin for SAC/TD3, single for DDPG), computed as
+    one stack of :class:`EnsembleLinear` layers: ReLU hidden layers, a float32 head.
+
+    The Q networks share nothing but the kernels: each has its own weights, initialised as
+    ``n_q`` separate ``mlp(obs_dim + act_dim, hidden, 1)`` built one after the other would be
+    (checkpoints of format 1 held those separate networks; ``algos/layout_v1.py`` converts them).
+    """
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], n_q: int = 2) -> None:
         super().__init__()
-        self.qs = nn.ModuleList(mlp(obs_dim + act_dim, hidden, 1) for _ in range(n_q))
+        per_q = [[m for m in mlp(obs_dim + act_dim, hidden, 1) if isinstance(m, nn.Linear)] for _ in range(n_q)]
+        last = len(hidden)
+        self.layers = nn.ModuleList(
+            EnsembleLinear([q[k] for q in per_q], fp32=k == last) for k in range(last + 1)
+        )
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> list[torch.Tensor]:
-        x = torch.cat([obs, action], dim=-1)
-        return [q(x).squeeze(-1) for q in self.qs]
+    def forward(self, obs: torch.Tensor, action: torch.Tensor, members: int | None = None) -> list[torch.Tensor]:
+        """The Q values ``[B]`` of every network, or of the first ``members`` (TD3's actor loss reads Q1
+        only: computing Q2 too would double its backward pass for a gradient of zero)."""
+        h = torch.cat([obs, action], dim=-1)
+        n = len(self.layers[0].weight) if members is None else members
+        if n == 1 or (h.device.type == "cpu" and not self.batched_on_cpu):
+            return self._one_by_one(h, n)
+        for layer in self.layers[:-1]:
+            h = F.relu(layer(h, members))
+        return list(self.layers[-1](h, members).squeeze(-1).unbind(0))
+
+    # On the CPU the matmuls are compute-bound and the batched kernels lose: a SAC step at HalfCheetah
+    # sizes, batch 1024, took ~10% longer with baddbmm/bmm than with one GEMM per network (A/B on
+    # EPYC-3-2). There, and for a single network (DDPG, TD3's Q1: a batch of one saves nothing), each
+    # network runs on its own slices of the same parameters, as separate MLPs did: ``unbind`` (one
+    # stack in the backward pass), not indexing (a zero-filled gradient per network). Tests set
+    # ``batched_on_cpu`` to run the GPU's path on the CPU.
+    batched_on_cpu = False
+
+    def _one_by_one(self, x: torch.Tensor, n: int) -> list[torch.Tensor]:
+        hs = [x] * n
+        for k, layer in enumerate(self.layers):
+            weights, biases = _first(layer.weight, n), _first(layer.bias, n)
+            if layer.fp32 and torch.is_autocast_enabled(x.device.type):
+                with torch.autocast(device_type=x.device.type, enabled=False):
+                    hs = [torch.addmm(b, h.float(), w) for h, w, b in zip(hs, weights, biases)]
+            else:
+                hs = [torch.addmm(b, h, w) for h, w, b in zip(hs, weights, biases)]
+            if k < len(self.layers) - 1:
+                hs = [F.relu(h) for h in hs]
+        return [h.squeeze(-1) for h in hs]
+
+
+def _first(stacked: torch.Tensor, n: int) -> list[torch.Tensor]:
+    """Views of the first ``n`` networks' slices of a stacked parameter whose backward copies least:
+    a squeeze (no kernel) for a stack of one, an unbind (one stack) for several. Not ``stacked[i]``:
+    each index's backward is a zero-filled tensor of the whole stack."""
+    return [stacked.squeeze(0)] if len(stacked) == 1 else list(stacked.unbind(0)[:n])
 
 
 class BatchRenorm(nn.Module):

@@ -40,7 +40,8 @@ class TD3Critic(TargetActorCriticPart):
 
 class TD3Actor(ActorPart):
     def step(self, b: Batch) -> dict[str, torch.Tensor]:
-        actor_loss = -self.critic(b.obs, self.actor(b.obs))[0].mean()  # Q1 only, as in the paper
+        (qf1_pi,) = self.critic(b.obs, self.actor(b.obs), members=1)  # Q1 only, as in the paper
+        actor_loss = -qf1_pi.mean()
         self.actor_optimizer.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_optimizer.step()

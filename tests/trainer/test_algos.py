@@ -7,10 +7,11 @@ import math
 import numpy as np
 import pytest
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 from spreeze_like.algos import make_actor_part, make_critic_part, make_policy
 from spreeze_like.algos.base import AlgoSpec, Batch
-from spreeze_like.algos.networks import get_flat, set_flat
+from spreeze_like.algos.networks import Critic, get_flat, set_flat
 
 ALGOS = ("sac", "td3", "ddpg")
 
@@ -170,20 +171,38 @@ def test_precision_auto_picks_bf16_only_for_cpu_learners_with_native_bf16():
     assert resolve_precision("bf16", ("cuda:0", "cuda:0"), native_bf16=False) == "bf16"
 
 
+class MatmulDtypes(TorchDispatchMode):
+    """Records the output dtype of every matmul (the critic's layers) run under it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: list[torch.dtype] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if func.overloadpacket in (torch.ops.aten.addmm, torch.ops.aten.baddbmm, torch.ops.aten.mm, torch.ops.aten.bmm):
+            self.seen.append(out.dtype)
+        return out
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["one-by-one", "batched"])
 @pytest.mark.parametrize("algo", ALGOS)
-def test_bf16_heads_stay_fp32_and_the_critic_still_fits(algo):
+def test_bf16_heads_stay_fp32_and_the_critic_still_fits(algo, batched, monkeypatch):
+    monkeypatch.setattr(Critic, "batched_on_cpu", batched)  # the GPU's batched layers, or the CPU's one by one
     part = make_critic_part(spec(algo, gamma=0.0, precision="bf16"), "cpu")
     b = batch()
-    with part.autocast():
+    with part.autocast(), MatmulDtypes() as mode:
         q_values = part.critic(b.obs, b.action)
-        hidden = part.critic.qs[0][0](torch.cat([b.obs, b.action], -1))
+    per_network = len(mode.seen) // (1 if batched and algo != "ddpg" else spec(algo).n_q)
+    # the hidden layers really run in bf16 (2 of 16x16), the Q heads in fp32
+    assert per_network == 3 and mode.seen.count(torch.bfloat16) == 2 * len(mode.seen) // 3, mode.seen
+    with part.autocast():
         td, metrics = part.step(b)
     first = metrics["qf1_loss"].item()
     for _ in range(200):
         with part.autocast():  # one region per step: autocast caches the weights' bf16 casts until it exits
             last = part.step(b)[1]["qf1_loss"].item()
-    assert hidden.dtype == torch.bfloat16  # the hidden layers really run in bf16 ...
-    assert all(q.dtype == torch.float32 for q in q_values)  # ... and the Q heads in fp32
+    assert all(q.dtype == torch.float32 for q in q_values)
     assert td.dtype == torch.float32 and all(p.dtype == torch.float32 for p in part.critic.parameters())
     assert last < 0.2 * first
 

@@ -22,12 +22,19 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from spreeze_like.algos.graphed import StepRunner
+from spreeze_like.algos.networks import Critic
 from tests.trainer.test_gpu_steps import learners
 
 # ops that read a tensor's value on the host, or whose output shape depends on it
 HOST_READS = {"_local_scalar_dense", "nonzero", "is_nonzero", "equal", "masked_select", "unique", "_unique2",
               "unique_consecutive", "repeat_interleave"}
 CPU_BRANCH = 'device.type == "cpu"'
+
+
+@pytest.fixture(autouse=True)
+def gpu_critic_path(monkeypatch):
+    """The critic's batched layers, the path a GPU captures (the CPU runs its networks one by one)."""
+    monkeypatch.setattr(Critic, "batched_on_cpu", True)
 
 
 def _caller() -> str:

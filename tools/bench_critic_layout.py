@@ -1,0 +1,132 @@
+"""Learner step time and kernel count with the stacked twin critic against separate Q networks.
+
+    python tools/bench_critic_layout.py --obs-dim 17 --act-dim 6 --batch-sizes 256 1024   # HalfCheetah sizes
+    python tools/bench_critic_layout.py --algo td3 --obs-dim 17 --act-dim 6
+
+Since 2026-11-27 a plain critic (SAC, TD3, DDPG) keeps its Q networks stacked layer by layer
+(``algos/networks.Critic``): on a GPU each layer is one batched matmul for all networks, on the CPU
+each network runs on its own slices. This compares that with the layout before it, ``n_q`` separate
+MLPs (:class:`SeparateCritic`, the same function and the same initial weights), in one process:
+
+* **kernel ops** of one critic step and one actor step, counted under a dispatch mode (views and
+  metadata ops excluded), for the separate networks, the stacked critic's CPU path and its GPU path
+  (``batched_on_cpu``). On a GPU at batch 256 each op is a kernel of a few microseconds in the
+  captured update, so the count is what the stacking buys there; it is the same on any device.
+* **time per step** on ``--device`` (eager, one torch thread on the CPU), separate vs stacked,
+  interleaved over ``--rounds`` rounds so that a drift of the machine's load hits both; the ratio is
+  the median over rounds of stacked / separate (below 1: the stacked critic is faster).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import time
+from collections import Counter
+from collections.abc import Sequence
+
+import torch
+from bench_precision import add_step_args, random_batch, time_steps  # tools/ is the script's folder: on sys.path
+from torch import nn
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import spreeze_like.algos.base as algos_base
+from spreeze_like.algos import make_actor_part, make_critic_part
+from spreeze_like.algos.base import AlgoSpec, Batch
+from spreeze_like.algos.networks import Critic, mlp
+
+VIEW_OPS = frozenset({"t", "detach", "view", "unsqueeze", "squeeze", "expand", "unbind", "select", "_unsafe_view",
+                      "transpose", "permute", "alias", "as_strided", "slice", "split", "_reshape_alias", "reshape"})
+
+
+class SeparateCritic(nn.Module):
+    """The critic before the stacking: ``n_q`` independent MLPs, each run on its own."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], n_q: int = 2) -> None:
+        super().__init__()
+        self.qs = nn.ModuleList(mlp(obs_dim + act_dim, hidden, 1) for _ in range(n_q))
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor, members: int | None = None) -> list[torch.Tensor]:
+        x = torch.cat([obs, action], dim=-1)
+        return [q(x).squeeze(-1) for q in self.qs][:members]  # every network ran, as before (TD3: Q2 too)
+
+
+class KernelOps(TorchDispatchMode):
+    """Counts the ops that launch a kernel (views and metadata ops excluded)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count: Counter[str] = Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket.__name__ not in VIEW_OPS:
+            self.count[func.overloadpacket.__name__] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def build_parts(spec: AlgoSpec, device: str, separate: bool) -> dict:
+    """Both halves with the separate networks or the stacked critic (the factory reads ``critic_class``)."""
+    original = algos_base.critic_class
+    if separate:
+        algos_base.critic_class = lambda algo: SeparateCritic
+    try:
+        return {"critic": make_critic_part(spec, device), "actor": make_actor_part(spec, device)}
+    finally:
+        algos_base.critic_class = original
+
+
+def kernel_ops(parts: dict, batch: Batch, batched: bool) -> dict[str, int]:
+    """Ops of one steady-state step of each half (after two steps: the optimiser state exists)."""
+    before = Critic.batched_on_cpu
+    Critic.batched_on_cpu = batched
+    try:
+        out = {}
+        for half, part in parts.items():
+            for _ in range(2):
+                part.step(batch)
+            with KernelOps() as mode:
+                part.step(batch)
+            out[half] = sum(mode.count.values())
+        return out
+    finally:
+        Critic.batched_on_cpu = before
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_step_args(parser, [256])
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args(argv)
+    if args.algo == "crossq":
+        parser.error("CrossQ's critic is not stacked (its batch renormalisation is per network): nothing to compare")
+    torch.set_num_threads(1)
+    load = " ".join(f"{x:.2f}" for x in os.getloadavg())
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')}  load {load}  device {args.device}  {args.algo} "
+          f"{tuple(args.hidden_sizes)} obs {args.obs_dim} act {args.act_dim}  torch {torch.__version__}")
+    spec = AlgoSpec(algo=args.algo, obs_dim=args.obs_dim, act_dim=args.act_dim, hidden_sizes=tuple(args.hidden_sizes),
+                    policy_delay=1)
+    cpu_batch = random_batch(256, args.obs_dim, args.act_dim, "cpu")
+    ops = {"separate": kernel_ops(build_parts(spec, "cpu", True), cpu_batch, False),
+           "stacked, CPU path": kernel_ops(build_parts(spec, "cpu", False), cpu_batch, False),
+           "stacked, GPU path": kernel_ops(build_parts(spec, "cpu", False), cpu_batch, True)}
+    for name, counts in ops.items():
+        print(f"kernel ops per step  {name:<18} critic {counts['critic']:>4}   actor {counts['actor']:>4}")
+    for n in args.batch_sizes:
+        batch = random_batch(n, args.obs_dim, args.act_dim, args.device)
+        layouts = {"separate": build_parts(spec, args.device, True), "stacked": build_parts(spec, args.device, False)}
+        times: dict[tuple[str, str], list[float]] = {}
+        for _ in range(args.rounds):
+            for layout, parts in layouts.items():
+                for half, part in parts.items():
+                    times.setdefault((layout, half), []).append(time_steps(part, batch, args.steps))
+        for half in ("critic", "actor"):
+            separate, stacked = times[("separate", half)], times[("stacked", half)]
+            ratio = statistics.median(s / o for s, o in zip(stacked, separate))
+            print(f"batch {n:>5} {half:<6}  separate {statistics.median(separate):7.2f} ms   stacked "
+                  f"{statistics.median(stacked):7.2f} ms   stacked/separate {ratio:5.3f}")
+    print(f"# load after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()
