@@ -20,11 +20,12 @@ MLPs (:class:`SeparateCritic`, the same function and the same initial weights), 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import statistics
 import time
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 
 import torch
 from bench_precision import add_step_args, random_batch, time_steps  # tools/ is the script's folder: on sys.path
@@ -65,15 +66,22 @@ class KernelOps(TorchDispatchMode):
         return func(*args, **(kwargs or {}))
 
 
-def build_parts(spec: AlgoSpec, device: str, separate: bool) -> dict:
-    """Both halves with the separate networks or the stacked critic (the factory reads ``critic_class``)."""
+@contextlib.contextmanager
+def separate_critic_classes() -> Iterator[None]:
+    """Parts built inside get :class:`SeparateCritic` for their plain critics (``build_critic`` reads
+    ``algos.base.critic_class``); also used by ``gpu_rates.make_critic``."""
     original = algos_base.critic_class
-    if separate:
-        algos_base.critic_class = lambda algo: SeparateCritic
+    algos_base.critic_class = lambda algo: original(algo) if algo == "crossq" else SeparateCritic
     try:
-        return {"critic": make_critic_part(spec, device), "actor": make_actor_part(spec, device)}
+        yield
     finally:
         algos_base.critic_class = original
+
+
+def build_parts(spec: AlgoSpec, device: str, separate: bool) -> dict:
+    """Both halves with the separate networks or the stacked critic."""
+    with separate_critic_classes() if separate else contextlib.nullcontext():
+        return {"critic": make_critic_part(spec, device), "actor": make_actor_part(spec, device)}
 
 
 def kernel_ops(parts: dict, batch: Batch, batched: bool) -> dict[str, int]:

@@ -101,6 +101,8 @@ def _critic(device: str, quick: bool) -> dict:
 
     # batch 256 first (the open target: >= 3,000 whole updates/s), the large batches after
     entry("mirror/256", 256)
+    # the twin critic as two separate MLPs (the layout before 2026-11-27): what the stacked critic buys
+    entry("separate/256", 256, separate_critic=True)
     for k in (2, 4, 8) if not quick else (4,):  # blocks of updates per graph replay (--updates-per-graph)
         entry(f"block{k}/256", 256, updates_per_graph=k)
     # the weights' host traffic (publish + load every update at --weight-sync-period 1) against every 8th
@@ -111,9 +113,10 @@ def _critic(device: str, quick: bool) -> dict:
     entry("host/256", 256, device_replay="off")
     for b in (1024,) if quick else (1024, 4096, 16384, 65536):
         entry(f"mirror/{b}", b)
+    entry("separate/65536" if not quick else "separate/1024", 1024 if quick else 65536, separate_critic=True)
     if cuda:
         entry("compiled/65536", 65536, step_mode="compiled-graph")
-    rated = [(v["frames_per_s"], k) for k, v in out.items() if "frames_per_s" in v]
+    rated = [(v["frames_per_s"], k) for k, v in out.items() if "frames_per_s" in v and not k.startswith("separate")]
     if rated:
         best = max(rated)
         out["best"] = {"key": best[1], "frames_per_s": best[0]}
