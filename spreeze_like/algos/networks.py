@@ -118,9 +118,9 @@ class EnsembleLinear(nn.Module):
 
     Why: a twin-Q critic built as two MLPs issues every matmul, bias add and ReLU twice, forward and
     backward. At batch 256 on a GPU each of those is a kernel of a few microseconds whose latency, not
-    its arithmetic, sets the update rate (issue 15: a captured critic step is ~115 kernels); stacked,
-    each layer is one ``baddbmm`` whatever ``n`` is. An input ``[B, in]`` (the first layer's
-    ``cat(obs, action)``) is shared by all ``n`` layers without a copy.
+    its arithmetic, sets the update rate (a SAC critic step issued 114 such ops, counted on the CPU by
+    tools/bench_critic_layout.py); stacked, each layer is one ``baddbmm`` whatever ``n`` is. An input
+    ``[B, in]`` (the first layer's ``cat(obs, action)``) is shared by all ``n`` layers without a copy.
 
     ``weight[i]`` is ``layers[i].weight.T`` and ``bias[i, 0]`` is ``layers[i].bias``: built from
     ``nn.Linear`` modules, so the initial weights are torch's default init, drawn in the same order as
