@@ -13,8 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-@pytest.mark.parametrize("algo", ["sac", "td3"])
-def test_bench_critic_layout_prints_counts_and_both_halves(algo) -> None:
+def test_bench_critic_layout_prints_counts_and_both_halves(algo: str = "sac") -> None:
     out = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "bench_critic_layout.py"), "--algo", algo, "--hidden-sizes", "16", "16",
          "--batch-sizes", "32", "--steps", "2", "--rounds", "1"],
@@ -30,7 +29,10 @@ def test_bench_critic_layout_prints_counts_and_both_halves(algo) -> None:
         assert re.search(rf"batch +32 {half} +separate +[\d.]+ ms +stacked +[\d.]+ ms +stacked/separate +[\d.]+", out), out
 
 
-def test_bench_critic_layout_refuses_crossq_in_one_line() -> None:
-    proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_critic_layout.py"), "--algo", "crossq"],
-                          capture_output=True, text=True, timeout=120, check=False)
-    assert proc.returncode == 2 and "not stacked" in proc.stderr
+def test_bench_critic_layout_refuses_crossq_in_one_line(capsys) -> None:
+    sys.path.insert(0, str(ROOT / "tools"))
+    from bench_critic_layout import main
+
+    with pytest.raises(SystemExit) as info:
+        main(["--algo", "crossq"])
+    assert info.value.code == 2 and "not stacked" in capsys.readouterr().err
