@@ -27,22 +27,34 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--updates", type=int, default=200, help="profiled updates (after 30 warm-up ones)")
     parser.add_argument("--rows", type=int, default=100_000, help="synthetic replay rows")
     parser.add_argument("--top", type=int, default=30)
+    parser.add_argument("--device-replay", default="auto", choices=["auto", "on", "off"],
+                        help="the learner's device mirror (on also works on the CPU, as a GPU runs it)")
+    parser.add_argument("--sync-period", type=int, default=1, help="--weight-sync-period of the learner")
+    parser.add_argument("--host-only", action="store_true",
+                        help="stub the step out (each update returns the last TD errors): what is timed is the "
+                             "host's own work per update (mirror sync, counters, stats, weight polls and transfers)")
     args = parser.parse_args(argv)
     import torch
     from gpu_rates import _sync, make_critic, random_storage
     from torch.profiler import ProfilerActivity, profile
 
     torch.set_num_threads(1)
-    critic = make_critic(args.device, args.batch, random_storage(args.rows), step_mode=args.step_mode)
+    critic = make_critic(args.device, args.batch, random_storage(args.rows), step_mode=args.step_mode,
+                         device_replay=args.device_replay, sync_period=args.sync_period)
     for _ in range(30):
         critic.update()
+    if args.host_only:
+        last = critic.runner.run()
+        critic.runner.run = lambda batch=None: last
     _sync(args.device)
     t0 = time.perf_counter()
     for _ in range(args.updates):
         critic.update()
     _sync(args.device)
     per_update = (time.perf_counter() - t0) / args.updates
-    print(f"{args.device} batch {args.batch} {critic.runner.mode}: {per_update * 1e6:.1f} us per update "
+    what = "host only (step stubbed)" if args.host_only else critic.runner.mode
+    print(f"{args.device} batch {args.batch} {what}, {type(critic.batches).__name__}, weight sync every "
+          f"{args.sync_period}: {per_update * 1e6:.1f} us per update "
           f"({1 / per_update:,.0f} updates/s) without the profiler")
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if args.device.startswith("cuda") else [])
     with profile(activities=activities) as prof:
