@@ -58,15 +58,14 @@ def stacked_critic(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tens
         found[(int(match[1]), int(match[2]), match[3])] = tensor
     n_q = 1 + max(q for q, _, _ in found)
     indices = sorted({i for _, i, _ in found})  # the Linear layers' places in each nn.Sequential
-    out: dict[str, torch.Tensor] = {}
-    for k, index in enumerate(indices):
-        out[f"layers.{k}.weight"] = torch.stack([found[(q, index, "weight")].t() for q in range(n_q)]).contiguous()
-        out[f"layers.{k}.bias"] = torch.stack([found[(q, index, "bias")] for q in range(n_q)]).unsqueeze(1)
+    out = {f"layers.{k}.{kind}": _stack_like_parameters([found[(q, index, kind)] for q in range(n_q)])
+           for k, index in enumerate(indices) for kind in ("weight", "bias")}
     return out, n_q
 
 
 def _stack_like_parameters(tensors: list[torch.Tensor]) -> torch.Tensor:
-    """Stack per-network moments as the parameters are stacked: weights transposed, biases ``[n, 1, out]``."""
+    """Stack the networks' tensors of one layer (parameters, or their Adam moments) as EnsembleLinear
+    holds them: weights ``[out, in]`` transposed to ``[n, in, out]``, biases to ``[n, 1, out]``."""
     if tensors[0].dim() == 2:
         return torch.stack([t.t() for t in tensors]).contiguous()
     return torch.stack(tensors).unsqueeze(1)

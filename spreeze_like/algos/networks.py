@@ -8,7 +8,7 @@ carry between processes; ``get_flat``/``set_flat`` are the only two functions th
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import numpy as np
 import torch
@@ -30,10 +30,15 @@ class FP32Linear(nn.Linear):
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if not torch.is_autocast_enabled(x.device.type):  # fp32 runs: no autocast context to enter and leave
-            return F.linear(x, self.weight, self.bias)
-        with torch.autocast(device_type=x.device.type, enabled=False):
-            return F.linear(x.float(), self.weight, self.bias)
+        return in_fp32(lambda x: F.linear(x, self.weight, self.bias), x)
+
+
+def in_fp32(compute: Callable[[torch.Tensor], torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+    """``compute(x)`` in float32 even inside a bf16 autocast region (the output heads: see FP32Linear)."""
+    if not torch.is_autocast_enabled(x.device.type):  # fp32 runs: no autocast context to enter and leave
+        return compute(x)
+    with torch.autocast(device_type=x.device.type, enabled=False):
+        return compute(x.float())
 
 
 def mlp(in_dim: int, hidden: Sequence[int], out_dim: int, fp32_out: bool = True) -> nn.Sequential:
@@ -136,14 +141,28 @@ class EnsembleLinear(nn.Module):
         self.fp32 = fp32
 
     def forward(self, x: torch.Tensor, members: int | None = None) -> torch.Tensor:
-        """Apply the first ``members`` layers (all by default): ``[members, B, out]``."""
+        """Apply the first ``members`` layers (all by default) at once: ``[members, B, out]``."""
         weight, bias = (self.weight, self.bias) if members is None else (self.weight[:members], self.bias[:members])
         if x.dim() == 2:
             x = x.expand(weight.shape[0], *x.shape)
-        if self.fp32 and torch.is_autocast_enabled(x.device.type):
-            with torch.autocast(device_type=x.device.type, enabled=False):
-                return torch.baddbmm(bias, x.float(), weight)
+        if self.fp32:
+            return in_fp32(lambda x: torch.baddbmm(bias, x, weight), x)
         return torch.baddbmm(bias, x, weight)
+
+    def forward_each(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
+        """Apply the first ``len(xs)`` layers one by one, layer ``i`` to ``xs[i]`` (each ``[B, out]``).
+
+        Each runs on views of its own slices: a squeeze (no kernel in the backward pass) for a stack of
+        one, an unbind (one stack) for several; not ``weight[i]``, whose backward is a zero-filled
+        tensor of the whole stack per layer.
+        """
+        if len(self.weight) == 1:
+            weights, biases = [self.weight.squeeze(0)], [self.bias.squeeze(0)]
+        else:
+            weights, biases = self.weight.unbind(0), self.bias.unbind(0)
+        if self.fp32:
+            return [in_fp32(lambda x, w=w, b=b: torch.addmm(b, x, w), x) for x, w, b in zip(xs, weights, biases)]
+        return [torch.addmm(b, x, w) for x, w, b in zip(xs, weights, biases)]
 
 
 class Critic(nn.Module):
@@ -175,32 +194,17 @@ class Critic(nn.Module):
         return list(self.layers[-1](h, members).squeeze(-1).unbind(0))
 
     # On the CPU the matmuls are compute-bound and the batched kernels lose: a SAC step at HalfCheetah
-    # sizes, batch 1024, took ~10% longer with baddbmm/bmm than with one GEMM per network (A/B on
-    # EPYC-3-2). There, and for a single network (DDPG, TD3's Q1: a batch of one saves nothing), each
-    # network runs on its own slices of the same parameters, as separate MLPs did: ``unbind`` (one
-    # stack in the backward pass), not indexing (a zero-filled gradient per network). Tests set
-    # ``batched_on_cpu`` to run the GPU's path on the CPU.
+    # sizes, batch 1024, took ~10% longer with baddbmm/bmm than with one GEMM per network (an ad-hoc
+    # A/B on EPYC-3-2, two runs). There, and for a single network (DDPG, TD3's Q1: a batch of one saves
+    # nothing), each network runs on its own slices of the same parameters, as separate MLPs did
+    # (EnsembleLinear.forward_each). Tests set ``batched_on_cpu`` to run the GPU's path on the CPU.
     batched_on_cpu = False
 
     def _one_by_one(self, x: torch.Tensor, n: int) -> list[torch.Tensor]:
         hs = [x] * n
-        for k, layer in enumerate(self.layers):
-            weights, biases = _first(layer.weight, n), _first(layer.bias, n)
-            if layer.fp32 and torch.is_autocast_enabled(x.device.type):
-                with torch.autocast(device_type=x.device.type, enabled=False):
-                    hs = [torch.addmm(b, h.float(), w) for h, w, b in zip(hs, weights, biases)]
-            else:
-                hs = [torch.addmm(b, h, w) for h, w, b in zip(hs, weights, biases)]
-            if k < len(self.layers) - 1:
-                hs = [F.relu(h) for h in hs]
-        return [h.squeeze(-1) for h in hs]
-
-
-def _first(stacked: torch.Tensor, n: int) -> list[torch.Tensor]:
-    """Views of the first ``n`` networks' slices of a stacked parameter whose backward copies least:
-    a squeeze (no kernel) for a stack of one, an unbind (one stack) for several. Not ``stacked[i]``:
-    each index's backward is a zero-filled tensor of the whole stack."""
-    return [stacked.squeeze(0)] if len(stacked) == 1 else list(stacked.unbind(0)[:n])
+        for layer in self.layers[:-1]:
+            hs = [F.relu(h) for h in layer.forward_each(hs)]
+        return [h.squeeze(-1) for h in self.layers[-1].forward_each(hs)]
 
 
 class BatchRenorm(nn.Module):

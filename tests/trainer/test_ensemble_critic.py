@@ -13,10 +13,10 @@ from torch import nn
 
 from spreeze_like.algos import make_actor_part, make_critic_part
 from spreeze_like.algos.base import AlgoSpec, Batch
-from spreeze_like.algos.networks import Critic, mlp
+from spreeze_like.algos.networks import Critic
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
-from bench_critic_layout import KernelOps  # the benchmark's count: one definition of "a kernel op"
+from bench_critic_layout import KernelOps, SeparateCritic  # the benchmark's count: one definition of "a kernel op"
 
 OBS, ACT, HIDDEN = 5, 3, (16, 16)
 
@@ -24,7 +24,7 @@ OBS, ACT, HIDDEN = 5, 3, (16, 16)
 def separate_mlps(n_q: int, seed: int) -> list[nn.Sequential]:
     """What the critic was before it was stacked: ``n_q`` MLPs built one after the other."""
     torch.manual_seed(seed)
-    return [mlp(OBS + ACT, HIDDEN, 1) for _ in range(n_q)]
+    return list(SeparateCritic(OBS, ACT, HIDDEN, n_q).qs)
 
 
 def stacked(n_q: int, seed: int, batched: bool) -> Critic:
