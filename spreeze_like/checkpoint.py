@@ -30,9 +30,11 @@ import numpy as np
 
 from spreeze_like.errors import CheckpointError, NonFiniteError
 
-# 2: plain critics stack their Q networks layer by layer (algos/networks.EnsembleLinear). Format 1 loads
-# through algos/layout_v1.py; an older spreeze_like refuses format 2 in one line.
-FORMAT_VERSION = 2
+# 2: plain critics stack their Q networks layer by layer (algos/networks.EnsembleLinear); 3: CrossQ's critic
+# too (algos/crossq_critic.CrossQCritic). Format 1 loads through algos/layout_v1.py and then layout_v2.py,
+# format 2 through layout_v2.py; an older spreeze_like refuses a newer format in one line.
+FORMAT_VERSION = 3
+_LAST_READER = {1: "907d1e4", 2: "8a9cfc5"}  # the last spreeze_like that wrote each older format
 _NAME = re.compile(r"^ckpt_(\d{10,})\.pt$")
 
 
@@ -193,16 +195,18 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
             f"checkpoint {path} is corrupt or unreadable ({type(exc).__name__}); delete it to resume from an older one"
         ) from None
     version = payload.get("format_version") if isinstance(payload, dict) else None
-    if version not in (1, FORMAT_VERSION) or not isinstance(payload.get("roles"), dict):
+    if version not in (*_LAST_READER, FORMAT_VERSION) or not isinstance(payload.get("roles"), dict):
         raise CheckpointError(f"{path} is not a spreeze_like checkpoint of format {FORMAT_VERSION}; start a new run")
-    if version == 1:
-        from spreeze_like.algos.layout_v1 import upgrade_payload
+    if version != FORMAT_VERSION:
+        from spreeze_like.algos import layout_v1, layout_v2
 
         try:
-            upgrade_payload(payload)
+            if version == 1:
+                layout_v1.upgrade_payload(payload)
+            layout_v2.upgrade_payload(payload)
         except (ValueError, KeyError, TypeError, IndexError, RuntimeError) as exc:
-            raise CheckpointError(f"{path} is a format-1 checkpoint whose critic cannot be converted ({exc}); "
-                                  "resume it with spreeze_like 907d1e4 or start a new run") from None
+            raise CheckpointError(f"{path} is a format-{version} checkpoint whose critic cannot be converted ({exc}); "
+                                  f"resume it with spreeze_like {_LAST_READER[version]} or start a new run") from None
         payload["format_version"] = FORMAT_VERSION
     return payload
 

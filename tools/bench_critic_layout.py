@@ -2,16 +2,20 @@
 
     python tools/bench_critic_layout.py --obs-dim 17 --act-dim 6 --batch-sizes 256 1024   # HalfCheetah sizes
     python tools/bench_critic_layout.py --algo td3 --obs-dim 17 --act-dim 6
+    python tools/bench_critic_layout.py --algo crossq --obs-dim 17 --act-dim 6
 
 Since 2026-11-27 a plain critic (SAC, TD3, DDPG) keeps its Q networks stacked layer by layer
-(``algos/networks.Critic``): on a GPU each layer is one batched matmul for all networks, on the CPU
-each network runs on its own slices. This compares that with the layout before it, ``n_q`` separate
-MLPs (:class:`SeparateCritic`, the same function and the same initial weights), in one process:
+(``algos/networks.Critic``), and CrossQ's critic too (``algos/crossq_critic.CrossQCritic``, features
+first): on a GPU each layer is one batched matmul for all networks, on the CPU each network runs on its
+own slices. This compares that with the layout before it, ``n_q`` separate networks
+(:class:`SeparateCritic`, :class:`SeparateCrossQCritic`: the same function and the same initial
+weights), in one process:
 
 * **kernel ops** of one critic step and one actor step, counted under a dispatch mode (views and
-  metadata ops excluded), for the separate networks, the stacked critic's CPU path and its GPU path
-  (``batched_on_cpu``). On a GPU at batch 256 each op is a kernel of a few microseconds in the
-  captured update, so the count is what the stacking buys there; it is the same on any device.
+  metadata ops excluded), for the separate networks and the stacked critic, each on its CPU path and
+  its GPU path (``StackedQ.batched_on_cpu``; for CrossQ the GPU path also leaves out the CPU's
+  batch-renorm warm-up shortcut, a host branch). On a GPU at batch 256 each op is a kernel of a few
+  microseconds in the captured update, so the GPU path's count is what the stacking buys there.
 * **time per step** on ``--device`` (eager, one torch thread on the CPU), separate vs stacked,
   interleaved over ``--rounds`` rounds so that a drift of the machine's load hits both; the ratio is
   the median over rounds of stacked / separate (below 1: the stacked critic is faster).
@@ -35,7 +39,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import spreeze_like.algos.base as algos_base
 from spreeze_like.algos import make_actor_part, make_critic_part
 from spreeze_like.algos.base import AlgoSpec, Batch
-from spreeze_like.algos.networks import Critic, mlp
+from spreeze_like.algos.crossq_critic import BatchRenorm
+from spreeze_like.algos.networks import FP32Linear, StackedQ, mlp
 
 VIEW_OPS = frozenset({"t", "detach", "view", "unsqueeze", "squeeze", "expand", "unbind", "select", "_unsafe_view",
                       "transpose", "permute", "alias", "as_strided", "slice", "split", "_reshape_alias", "reshape"})
@@ -51,6 +56,39 @@ class SeparateCritic(nn.Module):
     def forward(self, obs: torch.Tensor, action: torch.Tensor, members: int | None = None) -> list[torch.Tensor]:
         x = torch.cat([obs, action], dim=-1)
         return [q(x).squeeze(-1) for q in self.qs][:members]  # every network ran, as before (TD3: Q2 too)
+
+
+class SeparateCrossQCritic(nn.Module):
+    """CrossQ's critic before the stacking (checkpoint formats 1 and 2): per network an ``nn.Sequential``
+    ``BRN -> [Linear -> ReLU -> BRN] x len(hidden) -> Linear`` over ``[B, features]`` rows."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], n_q: int = 2) -> None:
+        super().__init__()
+        self.qs = nn.ModuleList(self._q(obs_dim + act_dim, hidden) for _ in range(n_q))
+
+    @staticmethod
+    def _q(in_dim: int, hidden: Sequence[int]) -> nn.Sequential:
+        layers: list[nn.Module] = [BatchRenorm(in_dim)]
+        for width in hidden:
+            layers += [nn.Linear(in_dim, width), nn.ReLU(), BatchRenorm(width)]
+            in_dim = width
+        layers.append(FP32Linear(in_dim, 1))
+        return nn.Sequential(*layers)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> list[torch.Tensor]:
+        host_branch = obs.device.type == "cpu" and not StackedQ.batched_on_cpu  # the GPU path: no warm-up shortcut
+        out = []
+        for q in self.qs:
+            x = torch.cat([obs, action], dim=-1)
+            for layer in q:
+                x = layer(x, host_branch=host_branch) if isinstance(layer, BatchRenorm) else layer(x)
+            out.append(x.squeeze(-1))
+        return out
+
+    def commit_statistics(self, keep: torch.Tensor | None = None) -> None:
+        for m in self.modules():
+            if isinstance(m, BatchRenorm):
+                m.commit(keep)
 
 
 class KernelOps(TorchDispatchMode):
@@ -71,7 +109,7 @@ def separate_critic_classes() -> Iterator[None]:
     """Parts built inside get :class:`SeparateCritic` for their plain critics (``build_critic`` reads
     ``algos.base.critic_class``); also used by ``gpu_rates.make_critic``."""
     original = algos_base.critic_class
-    algos_base.critic_class = lambda algo: original(algo) if algo == "crossq" else SeparateCritic
+    algos_base.critic_class = lambda algo: SeparateCrossQCritic if algo == "crossq" else SeparateCritic
     try:
         yield
     finally:
@@ -86,8 +124,8 @@ def build_parts(spec: AlgoSpec, device: str, separate: bool) -> dict:
 
 def kernel_ops(parts: dict, batch: Batch, batched: bool) -> dict[str, int]:
     """Ops of one steady-state step of each half (after two steps: the optimiser state exists)."""
-    before = Critic.batched_on_cpu
-    Critic.batched_on_cpu = batched
+    before = StackedQ.batched_on_cpu
+    StackedQ.batched_on_cpu = batched
     try:
         out = {}
         for half, part in parts.items():
@@ -98,7 +136,7 @@ def kernel_ops(parts: dict, batch: Batch, batched: bool) -> dict[str, int]:
             out[half] = sum(mode.count.values())
         return out
     finally:
-        Critic.batched_on_cpu = before
+        StackedQ.batched_on_cpu = before
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -106,8 +144,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     add_step_args(parser, [256])
     parser.add_argument("--device", default="cpu")
     args = parser.parse_args(argv)
-    if args.algo == "crossq":
-        parser.error("CrossQ's critic is not stacked (its batch renormalisation is per network): nothing to compare")
     torch.set_num_threads(1)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}  load {load}  device {args.device}  {args.algo} "
@@ -115,11 +151,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     spec = AlgoSpec(algo=args.algo, obs_dim=args.obs_dim, act_dim=args.act_dim, hidden_sizes=tuple(args.hidden_sizes),
                     policy_delay=1)
     cpu_batch = random_batch(256, args.obs_dim, args.act_dim, "cpu")
-    ops = {"separate": kernel_ops(build_parts(spec, "cpu", True), cpu_batch, False),
-           "stacked, CPU path": kernel_ops(build_parts(spec, "cpu", False), cpu_batch, False),
-           "stacked, GPU path": kernel_ops(build_parts(spec, "cpu", False), cpu_batch, True)}
-    for name, counts in ops.items():
-        print(f"kernel ops per step  {name:<18} critic {counts['critic']:>4}   actor {counts['actor']:>4}")
+    for path, batched in (("CPU", False), ("GPU", True)):
+        for layout, separate in (("separate", True), ("stacked", False)):
+            counts = kernel_ops(build_parts(spec, "cpu", separate), cpu_batch, batched)
+            print(f"kernel ops per step  {layout + ', ' + path + ' path':<18} critic {counts['critic']:>4}   "
+                  f"actor {counts['actor']:>4}")
     for n in args.batch_sizes:
         batch = random_batch(n, args.obs_dim, args.act_dim, args.device)
         layouts = {"separate": build_parts(spec, args.device, True), "stacked": build_parts(spec, args.device, False)}

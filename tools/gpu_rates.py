@@ -120,18 +120,20 @@ def step_modes(device: str, batch: int, seconds: float, modes: tuple[str, ...], 
 
 def make_critic(device: str, batch: int, storage: Any, sync_period: int = 1, step_mode: str = "auto",
                 device_replay: str = "auto", precision: str = "fp32", publishing_actor: bool = True,
-                updates_per_graph: int = 1, separate_critic: bool = False) -> Any:
-    """A CriticLearner over ``storage`` with local boards (the actor board gets a new version each look).
+                updates_per_graph: int = 1, separate_critic: bool = False, algo: str = "sac") -> Any:
+    """A CriticLearner of ``algo`` over ``storage`` with local boards (the actor board gets a new version
+    each look).
 
-    ``separate_critic``: with the twin Q networks as two MLPs, the layout before the stacked critic
-    (``tools/bench_critic_layout.SeparateCritic``), for an A/B of the two in the same call.
+    ``separate_critic``: with the twin Q networks as separate networks, the layout before the stacked
+    critic (``tools/bench_critic_layout.SeparateCritic``, ``SeparateCrossQCritic``), for an A/B of the
+    two in the same call.
     """
     if separate_critic:
         from bench_critic_layout import separate_critic_classes
 
         with separate_critic_classes():
             return make_critic(device, batch, storage, sync_period, step_mode, device_replay, precision,
-                               publishing_actor, updates_per_graph)
+                               publishing_actor, updates_per_graph, algo=algo)
     from spreeze_like.algos import make_critic_part
     from spreeze_like.algos.networks import get_flat
     from spreeze_like.metrics import stats_schema
@@ -139,7 +141,7 @@ def make_critic(device: str, batch: int, storage: Any, sync_period: int = 1, ste
     from spreeze_like.roles.critic_learner import CriticLearner
     from spreeze_like.roles.ports import LocalBoard, LocalStatsBlock
 
-    spec = _spec(precision=precision)
+    spec = _spec(algo, precision=precision)
     actor_vec = get_flat([make_critic_part(spec, "cpu").actor])
     source = LocalBoard()
     source.publish(actor_vec)

@@ -34,16 +34,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from spreeze_like.algos.networks import (
-    actor_class,
-    critic_class,
-    get_flat,
-    numel,
-    params_of,
-    running_statistics,
-    set_flat,
-    soft_update,
-)
+from spreeze_like.algos.crossq_critic import running_statistics
+from spreeze_like.algos.networks import actor_class, critic_class, get_flat, numel, params_of, set_flat, soft_update
 from spreeze_like.algos.optim import FusedAdam
 from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.seeding import derive_seed

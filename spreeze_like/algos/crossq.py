@@ -6,7 +6,7 @@ changes in SAC, and how each change sits in our actor/critic split:
 
 * **No target networks.** The Q target is computed by the live critic. The critic half builds no
   target copy (``has_critic_target = False``) and does no soft update.
-* **Batch Renormalization in the critic** (:class:`~spreeze_like.algos.networks.CrossQCritic`):
+* **Batch Renormalization in the critic** (:class:`~spreeze_like.algos.crossq_critic.CrossQCritic`):
   on the input and after every hidden activation. The paper's first version used plain
   BatchNorm; its final version and the authors' code use Batch Renormalization (Ioffe 2017) with
   a warm-up (plain BatchNorm for 100,000 updates, then r_max 3, d_max 5), momentum 0.01 in
@@ -47,7 +47,7 @@ Deliberate differences from the authors' code, each a choice of this split:
 
 Mixed precision: with ``--precision bf16`` the hidden linear layers run in bf16 as for SAC; the
 Batch Renormalization statistics and the Q heads are computed in float32
-(``networks.BatchRenorm``). Not measured for CrossQ yet.
+(``crossq_critic.BatchRenorm``). Not measured for CrossQ yet.
 
 Non-finite steps (``roles/nonfinite.py``): the running statistics are folded in after the optimiser
 step, masked by its ``found_inf``, so a skipped step changes no parameter, no Adam moment and no

@@ -12,14 +12,16 @@ networks layer by layer (``layers.<k>.weight`` of shape ``[n_q, in, out]``, ``la
 
 The numbers are only moved, never changed: an upgraded checkpoint computes the same Q values and
 continues with the same Adam moments (tests/trainer/test_checkpoint_upgrade.py checks both against
-the format-1 fixtures). CrossQ's critic did not change (its networks keep their own Batch
-Renormalization layers). Called by ``checkpoint.load_checkpoint`` for format-1 payloads only; a pure
-function of the payload, which it updates in place. Owns no process or shared resource.
+the format-1 fixtures). CrossQ's critic did not change in format 2; format 3 stacks it
+(``algos/layout_v2.py``, which uses this module's optimiser restacking). Called by
+``checkpoint.load_checkpoint`` for format-1 payloads only; a pure function of the payload, which it
+updates in place. Owns no process or shared resource.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -71,29 +73,39 @@ def _stack_like_parameters(tensors: list[torch.Tensor]) -> torch.Tensor:
     return torch.stack(tensors).unsqueeze(1)
 
 
-def stacked_optimizer(state: dict[str, Any], n_q: int) -> dict[str, Any]:
-    """A format-1 critic optimiser state (torch.optim layout) in format 2's layout.
+# How one stacked parameter is made from the networks' own ones: (its place among each network's
+# parameters, the function that joins the ``n_q`` tensors). The same join serves its Adam moments.
+Plan = list[tuple[int, Callable[[list[torch.Tensor]], torch.Tensor]]]
 
-    Group 0 held the ``n_q`` networks' parameters one network after another (``per_q`` each); format 2
-    holds ``per_q`` stacked parameters. Later groups keep their parameters, at indices moved down.
+
+def stacked_optimizer(state: dict[str, Any], n_q: int, plan: Plan | None = None) -> dict[str, Any]:
+    """A critic optimiser state (torch.optim layout) of separate networks in a stacked layout.
+
+    Group 0 held the ``n_q`` networks' parameters one network after another (``per_q`` each); the
+    stacked critic holds ``per_q`` parameters, made as ``plan`` says (format 2's plain critic, the
+    default: the same order, :func:`_stack_like_parameters`). Later groups keep their parameters, at
+    indices moved down.
     """
     groups = [dict(g) for g in state["param_groups"]]
     old_ids = list(groups[0]["params"])
     if n_q < 1 or len(old_ids) % n_q:
         raise ValueError(f"critic optimiser group of {len(old_ids)} parameters does not split into {n_q} networks")
     per_q = len(old_ids) // n_q
+    plan = [(j, _stack_like_parameters) for j in range(per_q)] if plan is None else plan
+    if sorted(j for j, _ in plan) != list(range(per_q)):
+        raise ValueError(f"critic optimiser group of {per_q} parameters per network does not fit the critic's layout")
     shift = len(old_ids) - per_q
     new_state: dict[int, dict[str, torch.Tensor]] = {}
-    for j in range(per_q):
+    for new_id, (j, join) in enumerate(plan):
         olds = [state["state"].get(old_ids[q * per_q + j]) for q in range(n_q)]
         if all(s is None for s in olds):
             continue  # no update yet: Adam creates the moments at the first step
         if any(s is None for s in olds):
             raise ValueError("critic optimiser state holds moments for some networks only")
-        new_state[j] = {
+        new_state[new_id] = {
             "step": olds[0]["step"],
-            "exp_avg": _stack_like_parameters([s["exp_avg"] for s in olds]),
-            "exp_avg_sq": _stack_like_parameters([s["exp_avg_sq"] for s in olds]),
+            "exp_avg": join([s["exp_avg"] for s in olds]),
+            "exp_avg_sq": join([s["exp_avg_sq"] for s in olds]),
         }
     for group in groups[1:]:
         for old_id in group["params"]:

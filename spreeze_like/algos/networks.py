@@ -115,7 +115,11 @@ def actor_class(algo: str) -> type[nn.Module]:
 
 def critic_class(algo: str) -> type[nn.Module]:
     """The critic network of ``algo``: batch-renormalised for CrossQ, a plain MLP per Q for the others."""
-    return CrossQCritic if algo == "crossq" else Critic
+    if algo == "crossq":
+        from spreeze_like.algos.crossq_critic import CrossQCritic  # that module builds on this one
+
+        return CrossQCritic
+    return Critic
 
 
 class EnsembleLinear(nn.Module):
@@ -131,14 +135,27 @@ class EnsembleLinear(nn.Module):
     ``nn.Linear`` modules, so the initial weights are torch's default init, drawn in the same order as
     ``n`` separate networks. ``fp32`` makes it an output head that computes in float32 inside a bf16
     autocast region, as :class:`FP32Linear` does.
+
+    ``channels_first`` is the transposed layout, ``[n, in, B] -> [n, out, B]`` with ``weight[i]`` =
+    ``layers[i].weight`` and ``bias[i, :, 0]`` = ``layers[i].bias``, for CrossQ's critic: its Batch
+    Renormalization reduces over the rows, and with the features first the stacked activations are
+    already the ``[1, n * features, B]`` tensor torch's batch-norm kernel takes, without a copy.
     """
 
-    def __init__(self, layers: Sequence[nn.Linear], fp32: bool = False) -> None:
+    def __init__(self, layers: Sequence[nn.Linear], fp32: bool = False, channels_first: bool = False) -> None:
         super().__init__()
         with torch.no_grad():
-            self.weight = nn.Parameter(torch.stack([layer.weight.t() for layer in layers]).contiguous())
-            self.bias = nn.Parameter(torch.stack([layer.bias for layer in layers]).unsqueeze(1).contiguous())
-        self.fp32 = fp32
+            if channels_first:
+                self.weight = nn.Parameter(torch.stack([layer.weight for layer in layers]).contiguous())
+                self.bias = nn.Parameter(torch.stack([layer.bias for layer in layers]).unsqueeze(-1).contiguous())
+            else:
+                self.weight = nn.Parameter(torch.stack([layer.weight.t() for layer in layers]).contiguous())
+                self.bias = nn.Parameter(torch.stack([layer.bias for layer in layers]).unsqueeze(1).contiguous())
+        self.fp32, self.channels_first = fp32, channels_first
+
+    def _operands(self, x: torch.Tensor, weight: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The two matrices of ``bias + mat1 @ mat2`` in this layer's layout."""
+        return (weight, x) if self.channels_first else (x, weight)
 
     def forward(self, x: torch.Tensor, members: int | None = None) -> torch.Tensor:
         """Apply the first ``members`` layers (all by default) at once: ``[members, B, out]``."""
@@ -146,26 +163,47 @@ class EnsembleLinear(nn.Module):
         if x.dim() == 2:
             x = x.expand(weight.shape[0], *x.shape)
         if self.fp32:
-            return in_fp32(lambda x: torch.baddbmm(bias, x, weight), x)
-        return torch.baddbmm(bias, x, weight)
+            return in_fp32(lambda x: torch.baddbmm(bias, *self._operands(x, weight)), x)
+        return torch.baddbmm(bias, *self._operands(x, weight))
 
     def forward_each(self, xs: list[torch.Tensor]) -> list[torch.Tensor]:
-        """Apply the first ``len(xs)`` layers one by one, layer ``i`` to ``xs[i]`` (each ``[B, out]``).
+        """Apply the first ``len(xs)`` layers one by one, layer ``i`` to the rows ``xs[i]`` ``[B, in]``
+        (each ``[B, out]``, in either layout: the CPU's GEMMs take the rows).
 
         Each runs on views of its own slices: a squeeze (no kernel in the backward pass) for a stack of
         one, an unbind (one stack) for several; not ``weight[i]``, whose backward is a zero-filled
         tensor of the whole stack per layer.
         """
+        bias = self.bias.squeeze(-1 if self.channels_first else 1)  # [n, out]
         if len(self.weight) == 1:
-            weights, biases = [self.weight.squeeze(0)], [self.bias.squeeze(0)]
+            weights, biases = [self.weight.squeeze(0)], [bias.squeeze(0)]
         else:
-            weights, biases = self.weight.unbind(0), self.bias.unbind(0)
+            weights, biases = self.weight.unbind(0), bias.unbind(0)
+        if self.channels_first:  # nn.Linear's [out, in]: the rows' GEMM reads it transposed (a view)
+            weights = [w.t() for w in weights]
         if self.fp32:
             return [in_fp32(lambda x, w=w, b=b: torch.addmm(b, x, w), x) for x, w, b in zip(xs, weights, biases)]
         return [torch.addmm(b, x, w) for x, w, b in zip(xs, weights, biases)]
 
 
-class Critic(nn.Module):
+class StackedQ(nn.Module):
+    """What the stacked critics (:class:`Critic`, ``crossq_critic.CrossQCritic``) share: where the
+    batched layers run.
+
+    On the CPU the matmuls are compute-bound and the batched kernels lose: a SAC step at HalfCheetah
+    sizes, batch 1024, took ~10% longer with baddbmm/bmm than with one GEMM per network (an ad-hoc A/B
+    on EPYC-3-2, two runs). There each network runs on its own slices of the same parameters, as
+    separate networks did (EnsembleLinear.forward_each). Tests and tools/bench_critic_layout.py set
+    ``StackedQ.batched_on_cpu`` to run the GPU's path on the CPU.
+    """
+
+    batched_on_cpu = False
+
+    def batched(self, device: torch.device) -> bool:
+        return device.type != "cpu" or self.batched_on_cpu
+
+
+class Critic(StackedQ):
     """``n_q`` independent Q networks Q(s, a) -> [B] (twin for SAC/TD3, single for DDPG), computed as
     one stack of :class:`EnsembleLinear` layers: ReLU hidden layers, a float32 head.
 
@@ -187,137 +225,17 @@ class Critic(nn.Module):
         only: computing Q2 too would double its backward pass for a gradient of zero)."""
         h = torch.cat([obs, action], dim=-1)
         n = len(self.layers[0].weight) if members is None else members
-        if n == 1 or (h.device.type == "cpu" and not self.batched_on_cpu):
+        if n == 1 or not self.batched(h.device):  # a batch of one network saves nothing (DDPG, TD3's Q1)
             return self._one_by_one(h, n)
         for layer in self.layers[:-1]:
             h = F.relu(layer(h, members))
         return list(self.layers[-1](h, members).squeeze(-1).unbind(0))
-
-    # On the CPU the matmuls are compute-bound and the batched kernels lose: a SAC step at HalfCheetah
-    # sizes, batch 1024, took ~10% longer with baddbmm/bmm than with one GEMM per network (an ad-hoc
-    # A/B on EPYC-3-2, two runs). There, and for a single network (DDPG, TD3's Q1: a batch of one saves
-    # nothing), each network runs on its own slices of the same parameters, as separate MLPs did
-    # (EnsembleLinear.forward_each). Tests set ``batched_on_cpu`` to run the GPU's path on the CPU.
-    batched_on_cpu = False
 
     def _one_by_one(self, x: torch.Tensor, n: int) -> list[torch.Tensor]:
         hs = [x] * n
         for layer in self.layers[:-1]:
             hs = [F.relu(h) for h in layer.forward_each(hs)]
         return [h.squeeze(-1) for h in self.layers[-1].forward_each(hs)]
-
-
-class BatchRenorm(nn.Module):
-    """Batch Renormalization (Ioffe 2017) over the features of ``[B, F]`` inputs, for CrossQ's critic.
-
-    Train mode normalises with the batch's mean and standard deviation, corrected towards the
-    running statistics by ``r = clip(sigma_B / sigma, 1/r_max, r_max)`` and
-    ``d = clip((mu_B - mu) / sigma, -d_max, d_max)`` (both without gradient): ``y = gamma *
-    ((x - mu_B) / sigma_B * r + d) + beta``. For the first ``warmup`` updates ``r = 1, d = 0``, i.e.
-    plain batch normalisation, so the running statistics settle before they steer anything (the
-    CrossQ authors' warm-up of 100,000 updates, then r_max 3 and d_max 5). Eval mode uses the
-    running statistics: ``y = gamma * (x - mu) / sigma + beta``, an affine map.
-
-    The statistics are computed in float32 even inside a bf16 autocast region (a batch mean of
-    bf16 values keeps 8 bits). Variances are the batch's population variance, for normalising and
-    for the running estimate alike.
-
-    The running statistics are not updated by ``forward``: a train-mode forward keeps the batch's
-    mean and variance, and :meth:`commit` folds them in after the optimiser step, unless that step
-    was skipped for non-finite gradients (``roles/nonfinite.py``). A NaN batch would otherwise leave
-    NaN running statistics behind for good, although the guard kept every weight unchanged.
-    ``running_mean`` and ``running_var`` are updated in place: the weight boards hold references.
-    """
-
-    def __init__(self, features: int, momentum: float = 0.01, eps: float = 1e-3, warmup: int = 100_000,
-                 r_max: float = 3.0, d_max: float = 5.0) -> None:
-        super().__init__()
-        self.momentum, self.eps, self.warmup, self.r_max, self.d_max = momentum, eps, warmup, r_max, d_max
-        self.weight = nn.Parameter(torch.ones(features))
-        self.bias = nn.Parameter(torch.zeros(features))
-        self.register_buffer("running_mean", torch.zeros(features))
-        self.register_buffer("running_var", torch.ones(features))
-        self.register_buffer("steps", torch.zeros((), dtype=torch.int64))  # committed train-mode updates
-        self._batch_stats: tuple[torch.Tensor, torch.Tensor] | None = None
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        x = x.float()
-        if not self.training:
-            return F.batch_norm(x, self.running_mean, self.running_var, self.weight, self.bias, False, 0.0, self.eps)
-        if x.device.type == "cpu" and int(self.steps) < self.warmup:
-            # Warm-up on the CPU: r = 1 and d = 0, so this is plain batch norm with the affine part fused into
-            # the kernel, without the elementwise ops of r, d and the addcmul below (forward and backward).
-            # A CrossQ 256x256 critic step at HalfCheetah sizes: 13.5 -> 12.1 ms (ad-hoc A/B, quiet machine).
-            # The step count is a host read, free on the CPU; a CUDA graph cannot branch on it.
-            y, mean, invstd = torch.native_batch_norm(x, self.weight, self.bias, None, None, True, 0.0, self.eps)
-        else:
-            # torch's batch-norm kernel normalises and returns the batch mean and 1/sigma_B; the affine
-            # part with r and d is one addcmul. Measured on this CPU (fwd + bwd, [512, 256]): 0.6 ms, against
-            # 1.6 ms for the same formula in elementwise torch ops.
-            x_hat, mean, invstd = torch.native_batch_norm(x, None, None, None, None, True, 0.0, self.eps)
-            with torch.no_grad():
-                running_std = (self.running_var + self.eps).sqrt()
-                warm = self.steps >= self.warmup
-                r = torch.where(warm, (invstd.reciprocal() / running_std).clamp(1.0 / self.r_max, self.r_max), 1.0)
-                d = torch.where(warm, ((mean - self.running_mean) / running_std).clamp(-self.d_max, self.d_max), 0.0)
-            y = torch.addcmul(self.bias + self.weight * d, x_hat, self.weight * r)
-        with torch.no_grad():
-            self._batch_stats = (mean, (invstd.pow(-2) - self.eps).clamp_min(0.0))  # the population variance
-        return y
-
-    @torch.no_grad()
-    def commit(self, keep: torch.Tensor | None = None) -> None:
-        """Fold the last train-mode batch into the running statistics; ``keep`` (0-dim bool) False skips it."""
-        if self._batch_stats is None:
-            return
-        mean, var = self._batch_stats
-        self._batch_stats = None
-        new_mean = self.running_mean.lerp(mean, self.momentum)
-        new_var = self.running_var.lerp(var, self.momentum)
-        if keep is None:
-            self.running_mean.copy_(new_mean)
-            self.running_var.copy_(new_var)
-            self.steps.add_(1)
-        else:  # where, not a 0-weight lerp: 0 * NaN is NaN
-            self.running_mean.copy_(torch.where(keep, new_mean, self.running_mean))
-            self.running_var.copy_(torch.where(keep, new_var, self.running_var))
-            self.steps.add_(keep.to(torch.int64))
-
-
-class CrossQCritic(nn.Module):
-    """CrossQ's ``n_q`` Q networks (Bhatt et al. 2024): Batch Renormalization on the input and after
-    every hidden activation, ``BRN -> [Linear -> ReLU -> BRN] x len(hidden) -> Linear`` per Q, and no
-    target copy anywhere. Same call as :class:`Critic`; :meth:`commit_statistics` after each update.
-    """
-
-    def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], n_q: int = 2) -> None:
-        super().__init__()
-        self.qs = nn.ModuleList(self._q(obs_dim + act_dim, hidden) for _ in range(n_q))
-
-    @staticmethod
-    def _q(in_dim: int, hidden: Sequence[int]) -> nn.Sequential:
-        layers: list[nn.Module] = [BatchRenorm(in_dim)]
-        for width in hidden:
-            layers += [nn.Linear(in_dim, width), nn.ReLU(), BatchRenorm(width)]
-            in_dim = width
-        layers.append(FP32Linear(in_dim, 1))
-        return nn.Sequential(*layers)
-
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> list[torch.Tensor]:
-        x = torch.cat([obs, action], dim=-1)
-        return [q(x).squeeze(-1) for q in self.qs]
-
-    def commit_statistics(self, keep: torch.Tensor | None = None) -> None:
-        """Fold the last train-mode batch into every layer's running statistics (see :meth:`BatchRenorm.commit`)."""
-        for m in self.modules():
-            if isinstance(m, BatchRenorm):
-                m.commit(keep)
-
-
-def running_statistics(module: nn.Module) -> list[torch.Tensor]:
-    """The running means and variances of ``module``'s Batch Renormalization layers, in module order
-    (what travels in the critic vector after the parameters); empty for networks without them."""
-    return [t for m in module.modules() if isinstance(m, BatchRenorm) for t in (m.running_mean, m.running_var)]
 
 
 # --- flat parameter vectors (the weight-board format) ------------------------------------------------

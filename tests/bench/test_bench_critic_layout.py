@@ -13,26 +13,21 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def test_bench_critic_layout_prints_counts_and_both_halves(algo: str = "sac") -> None:
+@pytest.mark.parametrize("algo", ["sac", "crossq"])
+def test_bench_critic_layout_prints_counts_and_both_halves(algo: str) -> None:
     out = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "bench_critic_layout.py"), "--algo", algo, "--hidden-sizes", "16", "16",
          "--batch-sizes", "32", "--steps", "2", "--rounds", "1"],
         capture_output=True, text=True, timeout=300, check=True,
     ).stdout
     counts = {name: (int(c), int(a)) for name, c, a in
-              re.findall(r"kernel ops per step  (separate|stacked, CPU path|stacked, GPU path) +critic +(\d+) +actor +(\d+)", out)}
-    assert len(counts) == 3, out
-    # the GPU path's critic step issues fewer ops than separate networks and than the CPU path (which runs
-    # the networks one by one and stacks their gradients)
-    assert counts["stacked, GPU path"][0] < min(counts["separate"][0], counts["stacked, CPU path"][0])
+              re.findall(r"kernel ops per step  ((?:separate|stacked), (?:CPU|GPU) path) +critic +(\d+) +actor +(\d+)", out)}
+    assert len(counts) == 4, out
+    # the GPU path's critic step issues fewer ops than separate networks on that path; for SAC also fewer than
+    # the CPU path (which runs the networks one by one and stacks their gradients; CrossQ's CPU path has
+    # the batch-renorm warm-up shortcut, which a GPU graph cannot take)
+    assert counts["stacked, GPU path"][0] < counts["separate, GPU path"][0]
+    if algo == "sac":
+        assert counts["stacked, GPU path"][0] < counts["stacked, CPU path"][0]
     for half in ("critic", "actor"):
         assert re.search(rf"batch +32 {half} +separate +[\d.]+ ms +stacked +[\d.]+ ms +stacked/separate +[\d.]+", out), out
-
-
-def test_bench_critic_layout_refuses_crossq_in_one_line(capsys) -> None:
-    sys.path.insert(0, str(ROOT / "tools"))
-    from bench_critic_layout import main
-
-    with pytest.raises(SystemExit) as info:
-        main(["--algo", "crossq"])
-    assert info.value.code == 2 and "not stacked" in capsys.readouterr().err

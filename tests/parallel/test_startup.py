@@ -29,7 +29,8 @@ def meta_vector_sizes(spec: AlgoSpec) -> tuple[int, int]:
     import torch
 
     from spreeze_like.algos import _classes, actor_class
-    from spreeze_like.algos.networks import critic_class, running_statistics
+    from spreeze_like.algos.crossq_critic import running_statistics
+    from spreeze_like.algos.networks import critic_class
 
     with torch.device("meta"):
         actor = actor_class(spec.algo)(spec.obs_dim, spec.act_dim, spec.hidden_sizes)

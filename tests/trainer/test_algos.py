@@ -11,7 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from spreeze_like.algos import make_actor_part, make_critic_part, make_policy
 from spreeze_like.algos.base import AlgoSpec, Batch
-from spreeze_like.algos.networks import Critic, get_flat, set_flat
+from spreeze_like.algos.networks import StackedQ, get_flat, set_flat
 
 ALGOS = ("sac", "td3", "ddpg")
 
@@ -188,7 +188,7 @@ class MatmulDtypes(TorchDispatchMode):
 @pytest.mark.parametrize("batched", [False, True], ids=["one-by-one", "batched"])
 @pytest.mark.parametrize("algo", ALGOS)
 def test_bf16_heads_stay_fp32_and_the_critic_still_fits(algo, batched, monkeypatch):
-    monkeypatch.setattr(Critic, "batched_on_cpu", batched)  # the GPU's batched layers, or the CPU's one by one
+    monkeypatch.setattr(StackedQ, "batched_on_cpu", batched)  # the GPU's batched layers, or the CPU's one by one
     part = make_critic_part(spec(algo, gamma=0.0, precision="bf16"), "cpu")
     b = batch()
     with part.autocast(), MatmulDtypes() as mode:

@@ -22,7 +22,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from spreeze_like.algos.graphed import StepRunner
-from spreeze_like.algos.networks import Critic
+from spreeze_like.algos.networks import StackedQ
 from tests.trainer.test_gpu_steps import learners
 
 # ops that read a tensor's value on the host, or whose output shape depends on it
@@ -33,8 +33,8 @@ CPU_BRANCH = 'device.type == "cpu"'
 
 @pytest.fixture(autouse=True)
 def gpu_critic_path(monkeypatch):
-    """The critic's batched layers, the path a GPU captures (the CPU runs its networks one by one)."""
-    monkeypatch.setattr(Critic, "batched_on_cpu", True)
+    """The critics' batched layers (CrossQ: without its CPU-only warm-up shortcut), the path a GPU captures."""
+    monkeypatch.setattr(StackedQ, "batched_on_cpu", True)
 
 
 def _caller() -> str:

@@ -1,5 +1,6 @@
-"""Format-1 checkpoints (separate Q networks, written by 907d1e4: tests/trainer/fixtures/checkpoint_v1)
-load into format 2's stacked critic with the same Q values and Adam moments, and resume from the CLI."""
+"""Older checkpoints load into today's stacked critics with the same Q values and Adam moments, and
+resume from the CLI: format 1 (separate Q networks, written by 907d1e4: tests/trainer/fixtures/checkpoint_v1)
+and, for CrossQ, format 2 (8a9cfc5: fixtures/checkpoint_v2), whose critic format 3 stacked."""
 
 from __future__ import annotations
 
@@ -19,16 +20,19 @@ from spreeze_like.algos.layout_v1 import stacked_optimizer
 from spreeze_like.checkpoint import FORMAT_VERSION, load_checkpoint
 from spreeze_like.errors import CheckpointError
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+from bench_critic_layout import SeparateCrossQCritic  # the critic formats 1 and 2 held
+
 FIXTURES = Path(__file__).parent / "fixtures" / "checkpoint_v1"
 ALGOS = ("sac", "td3", "ddpg")
 
 
-def fixture(algo: str) -> Path:
-    return FIXTURES / algo / "ckpt_0000000400.pt"
+def fixture(algo: str, version: int = 1) -> Path:
+    return FIXTURES.parent / f"checkpoint_v{version}" / algo / "ckpt_0000000400.pt"
 
 
-def raw_v1(algo: str) -> dict:
-    return torch.load(fixture(algo), map_location="cpu", weights_only=True)
+def raw_v1(algo: str, version: int = 1) -> dict:
+    return torch.load(fixture(algo, version), map_location="cpu", weights_only=True)
 
 
 def spec_of(payload: dict) -> AlgoSpec:
@@ -109,11 +113,12 @@ def test_a_format1_checkpoint_with_a_foreign_critic_is_one_line(tmp_path):
     assert "\n" not in str(info.value) and "format-1" in str(info.value)
 
 
-def test_a_run_saved_by_format1_resumes_from_the_cli(tmp_path, algo="sac"):  # the other algos: the load test above
+@pytest.mark.parametrize(("version", "algo"), [(1, "sac"), (2, "crossq")])  # the other algos: the load tests
+def test_an_older_run_resumes_from_the_cli(tmp_path, version, algo):
     run = tmp_path / "run"
     (run / "checkpoints").mkdir(parents=True)
-    shutil.copy(FIXTURES / algo / "config.json", run / "config.json")
-    shutil.copy(fixture(algo), run / "checkpoints" / fixture(algo).name)
+    shutil.copy(fixture(algo, version).with_name("config.json"), run / "config.json")
+    shutil.copy(fixture(algo, version), run / "checkpoints" / fixture(algo, version).name)
     proc = subprocess.run(
         [sys.executable, "-m", "spreeze_like.run", "--resume", str(run), "--total-steps", "700"],
         capture_output=True, text=True, check=False, timeout=180, env={**os.environ, "PYTHONWARNINGS": "ignore"},
@@ -123,3 +128,56 @@ def test_a_run_saved_by_format1_resumes_from_the_cli(tmp_path, algo="sac"):  # t
     newest = max((run / "checkpoints").glob("ckpt_*.pt"))
     assert newest.name == "ckpt_0000000700.pt"
     assert torch.load(newest, weights_only=True)["format_version"] == FORMAT_VERSION
+
+
+# --- CrossQ: formats 1 and 2 held one nn.Sequential per network; format 3 stacks them (algos/layout_v2.py) ---
+@pytest.mark.parametrize("version", [1, 2])
+def test_a_crossq_checkpoint_of_format_1_or_2_loads_with_the_same_q_values_and_moments(version):
+    old = raw_v1("crossq", version)
+    old_critic = old["roles"]["critic-learner"]["part"]["modules"]["critic"]
+    assert old["format_version"] == version and "qs.1.3.running_mean" in old_critic
+    payload = load_checkpoint(fixture("crossq", version))
+    assert payload["format_version"] == FORMAT_VERSION
+    spec = spec_of(payload)
+    critic_part, actor_part = make_critic_part(spec, "cpu"), make_actor_part(spec, "cpu")
+    critic_part.load_state_dict(payload["roles"]["critic-learner"]["part"])
+    actor_part.load_state_dict(payload["roles"]["actor-learner"]["part"])
+
+    g = torch.Generator().manual_seed(0)
+    obs, action = torch.randn(16, 3, generator=g), torch.rand(16, 1, generator=g) * 2 - 1
+    for network, saved, train in ((critic_part.critic, old_critic, True),
+                                  (actor_part.critic, old["roles"]["actor-learner"]["part"]["modules"]["critic_copy"], False)):
+        reference = SeparateCrossQCritic(3, 1, spec.hidden_sizes, spec.n_q).train(train)
+        reference.load_state_dict(saved)
+        with torch.no_grad():
+            for mode in (True, False):  # the batch's statistics, then the running ones the file kept
+                network.train(mode), reference.train(mode)
+                for got, expected in zip(network(obs, action), reference(obs, action), strict=True):
+                    torch.testing.assert_close(got, expected, rtol=1e-6, atol=1e-6)
+        network.train(train)
+    steps = old_critic["qs.0.0.steps"]
+    assert steps > 0 and all(int(norm.steps) == int(steps) for norm in critic_part.critic.norms)
+
+    # Adam's moments moved with their parameters: network 2's input norm and first layer; alpha's group
+    old_opt = old["roles"]["critic-learner"]["part"]["optimizers"]["q_optimizer"]
+    per_q = len(old_opt["param_groups"][0]["params"]) // spec.n_q  # (weight, bias) of BRN, Linear, BRN, ...
+    norm, layer = critic_part.critic.norms[0], critic_part.critic.layers[0]
+    width = norm.weight.numel() // spec.n_q
+    norm_moment = critic_part.q_optimizer.state[norm.weight]["exp_avg_sq"][width:]
+    torch.testing.assert_close(norm_moment, old_opt["state"][per_q]["exp_avg_sq"], rtol=0, atol=0)
+    layer_moment = critic_part.q_optimizer.state[layer.weight]["exp_avg"][1]
+    torch.testing.assert_close(layer_moment, old_opt["state"][per_q + 2]["exp_avg"], rtol=0, atol=0)
+    alpha_state = critic_part.q_optimizer.state[critic_part.log_alpha]
+    torch.testing.assert_close(alpha_state["exp_avg"], old_opt["state"][spec.n_q * per_q]["exp_avg"])
+    critic_part.step(_batch())  # and it trains on from there
+    actor_part.step(_batch())
+
+
+def test_a_crossq_checkpoint_whose_networks_counted_different_updates_is_one_line(tmp_path):
+    payload = raw_v1("crossq", 2)
+    payload["roles"]["critic-learner"]["part"]["modules"]["critic"]["qs.1.3.steps"] += 1
+    path = tmp_path / "ckpt_0000000400.pt"
+    torch.save(payload, path)
+    with pytest.raises(CheckpointError) as info:
+        load_checkpoint(path)
+    assert "\n" not in str(info.value) and "format-2" in str(info.value) and "8a9cfc5" in str(info.value)

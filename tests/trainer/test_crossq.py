@@ -15,7 +15,8 @@ import torch.nn.functional as F
 
 from spreeze_like.algos import make_actor_part, make_critic_part
 from spreeze_like.algos.base import AlgoSpec, Batch
-from spreeze_like.algos.networks import BatchRenorm, CrossQCritic, get_flat, running_statistics
+from spreeze_like.algos.crossq_critic import BatchRenorm, CrossQCritic, running_statistics
+from spreeze_like.algos.networks import get_flat
 from spreeze_like.algos.numpy_policy import NumpyPolicy
 from spreeze_like.config import TrainConfig
 from spreeze_like.ipc import WeightBoard, new_run_id, segment_name
@@ -86,7 +87,8 @@ def test_batch_renorm_computes_its_statistics_in_fp32_under_bf16_autocast():
     critic = CrossQCritic(3, 2, (16, 16))
     b = batch()
     with torch.autocast("cpu", dtype=torch.bfloat16):
-        hidden = critic.qs[0][1](critic.qs[0][0](torch.cat([b.obs, b.action], -1)))
+        x = torch.cat([b.obs, b.action], -1).t().expand(2, -1, -1)
+        hidden = critic.layers[0](critic.norms[0](x.reshape(1, -1, x.shape[-1])).view(2, -1, x.shape[-1]))
         q1, q2 = critic(b.obs, b.action)
     assert hidden.dtype == torch.bfloat16 and q1.dtype == q2.dtype == torch.float32
     assert all(m._batch_stats[0].dtype == torch.float32 for m in brn_layers(critic))
@@ -125,7 +127,7 @@ def test_one_critic_step_is_one_joint_forward_pass_with_its_own_target():
     assert part.updates == 1 and all(torch.isfinite(v) for v in metrics.values())
     # the input layer's running statistics took the statistics of [obs; next_obs], both halves
     inputs = torch.cat([b.obs, b.next_obs])
-    first = part.critic.qs[0][0]
+    first = part.critic.norms[0]  # channels 0-2: the first network's three input features
     torch.testing.assert_close(first.running_mean[:3], 0.01 * inputs.mean(0))
     torch.testing.assert_close(first.running_var[:3], 0.99 + 0.01 * inputs.var(0, unbiased=False))
     assert all(m.steps.item() == 1 for m in brn_layers(part.critic))
@@ -161,7 +163,7 @@ def test_bn_statistics_travel_with_the_critic_vector_through_a_weight_board():
             critic.update()
         actor.update()  # refreshes its critic copy from the board first
         own, copied = brn_layers(critic.part.critic), brn_layers(actor.part.critic)
-        assert len(own) == len(copied) == 2 * 3  # input + two hidden layers, twin Q
+        assert len(own) == len(copied) == 3  # the input + two hidden layers, each layer for both networks
         for a, b in zip(own, copied):
             assert not torch.equal(a.running_mean, torch.zeros_like(a.running_mean))  # they did move
             torch.testing.assert_close(b.running_mean, a.running_mean, rtol=0, atol=0)

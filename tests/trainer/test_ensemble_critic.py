@@ -13,7 +13,7 @@ from torch import nn
 
 from spreeze_like.algos import make_actor_part, make_critic_part
 from spreeze_like.algos.base import AlgoSpec, Batch
-from spreeze_like.algos.networks import Critic
+from spreeze_like.algos.networks import Critic, StackedQ
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
 from bench_critic_layout import KernelOps, SeparateCritic  # the benchmark's count: one definition of "a kernel op"
@@ -115,7 +115,7 @@ def test_the_batched_path_halves_a_twin_critics_matmuls_and_cuts_the_sac_steps_k
               torch.randn(32, OBS, generator=g), torch.zeros(32))
     counts = {}
     for batched in (False, True):
-        monkeypatch.setattr(Critic, "batched_on_cpu", batched)
+        monkeypatch.setattr(StackedQ, "batched_on_cpu", batched)
         torch.manual_seed(0)
         critic_part, actor_part = make_critic_part(spec, "cpu"), make_actor_part(spec, "cpu")
         critic_part.step(b), actor_part.step(b)  # optimiser state created: the steps counted are steady ones
