@@ -30,6 +30,7 @@ final observation (gymnasium 1.x vector autoreset would hand back the reset obse
 from __future__ import annotations
 
 import importlib
+import sys
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -112,12 +113,43 @@ def _unregistered_hint(module: str, env_id: str) -> str:
     return hint
 
 
+# MuJoCo 4.0 warns, every time it compiles gymnasium's own HalfCheetah, Hopper, ... model files, that their
+# compiler attribute 'settotalmass' is deprecated: gymnasium's assets, nothing a user can act on, and MuJoCo's
+# default handler prints it to stderr and appends it to MUJOCO_LOG.TXT in the working directory, once per env
+# made in every sampler and evaluator (a HalfCheetah benchmark run printed it 7 times, and the file grows by
+# each run). Every other MuJoCo warning still reaches stderr, in MuJoCo's own words.
+_KNOWN_MUJOCO_WARNINGS = ("compiler attribute 'settotalmass' is deprecated",)
+
+
+def _mujoco_warning(message: str) -> None:
+    if not message.startswith(_KNOWN_MUJOCO_WARNINGS):
+        print(f"WARNING: {message}", file=sys.stderr, flush=True)
+
+
+def _filter_known_mujoco_warnings(env_id: str) -> None:
+    """Install :func:`_mujoco_warning` as MuJoCo's warning handler before a MuJoCo env is made, unless
+    someone installed a handler of their own. Envs that are not MuJoCo's never import it here."""
+    try:
+        entry_point = str(gym.spec(env_id).entry_point)
+    except gym.error.Error:
+        return  # an unknown id: gym.make says so next
+    if "mujoco" not in entry_point and "mujoco" not in sys.modules:
+        return
+    try:
+        import mujoco
+    except ImportError:
+        return  # gym.make names the missing dependency
+    if mujoco.get_mju_user_warning() is None:
+        mujoco.set_mju_user_warning(_mujoco_warning)
+
+
 def _make_quietly_on_failure(env_id: str, kwargs: dict[str, Any]) -> gym.Env:
     """``gym.make``, its warnings shown only if it succeeds: a failed make is our one error line alone.
 
     gymnasium warns before it raises (``Pendulum-v0``: a coloured DeprecationWarning of two lines, then
     DeprecationWarning: "version v0 ... is deprecated"), which put two lines above the ``error:`` line.
     """
+    _filter_known_mujoco_warnings(env_id)
     with warnings.catch_warnings(record=True) as caught:
         instance = gym.make(env_id, **kwargs)
     for w in caught:  # already filtered when recorded; shown as they would have been

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import subprocess
+import sys
 import warnings
 
 import gymnasium as gym
@@ -186,3 +188,27 @@ def test_finding17_class_name_instead_of_a_registered_id_says_register_it(tmp_pa
     assert "registers no env id 'Odd'" in message and "it registers: SpzOther-v0" in message
     assert "gymnasium.register('Odd-v0', entry_point='spz_class_envs:Odd')" in message
     assert "pass spz_class_envs:Odd-v0" in message
+
+
+@pytest.mark.skipif(importlib.util.find_spec("mujoco") is None, reason="needs MuJoCo (gymnasium[mujoco])")
+def test_mujocos_settotalmass_deprecation_is_dropped_and_its_other_warnings_still_shown(tmp_path):
+    """gymnasium's own model files make MuJoCo 4 warn about 'settotalmass' once per env made (to stderr and
+    to MUJOCO_LOG.TXT in the working directory); that one is dropped, any other warning still reaches stderr."""
+    script = (
+        "import mujoco\n"
+        "from spreeze_like.envs import make_env\n"
+        "make_env('HalfCheetah-v5').close()\n"
+        "make_env('Hopper-v5').close()\n"
+        "model = mujoco.MjModel.from_xml_string('<mujoco><worldbody><body><freejoint/><geom size=\".1\"/>"
+        "</body></worldbody></mujoco>')\n"
+        "data = mujoco.MjData(model)\n"
+        "data.qpos[:] = float('nan')\n"  # MuJoCo's own instability warning, which must not be swallowed
+        "mujoco.mj_step(model, data)\n"
+        "print('stepped')\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True, timeout=120,
+                          check=False)
+    assert proc.returncode == 0 and "stepped" in proc.stdout, proc.stderr[-2000:]
+    assert "settotalmass" not in proc.stderr + proc.stdout
+    assert "WARNING: Nan, Inf or huge value in QPOS" in proc.stderr, proc.stderr[-2000:]
+    assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
