@@ -43,7 +43,10 @@ from spreeze_like.algos.crossq_critic import BatchRenorm
 from spreeze_like.algos.networks import FP32Linear, StackedQ, mlp
 
 VIEW_OPS = frozenset({"t", "detach", "view", "unsqueeze", "squeeze", "expand", "unbind", "select", "_unsafe_view",
-                      "transpose", "permute", "alias", "as_strided", "slice", "split", "_reshape_alias", "reshape"})
+                      "transpose", "permute", "alias", "as_strided", "slice", "split", "_reshape_alias", "reshape",
+                      # a Python scalar operand (torch.where(c, x, 1.0)) wrapped as a 0-dim tensor: on a GPU a CPU
+                      # tensor passed to the kernel as an argument, not a launch of its own
+                      "scalar_tensor"})
 
 
 class SeparateCritic(nn.Module):
@@ -53,9 +56,10 @@ class SeparateCritic(nn.Module):
         super().__init__()
         self.qs = nn.ModuleList(mlp(obs_dim + act_dim, hidden, 1) for _ in range(n_q))
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor, members: int | None = None) -> list[torch.Tensor]:
+    def forward(self, obs: torch.Tensor, action: torch.Tensor, members: int | None = None) -> torch.Tensor:
         x = torch.cat([obs, action], dim=-1)
-        return [q(x).squeeze(-1) for q in self.qs][:members]  # every network ran, as before (TD3: Q2 too)
+        # every network ran, as before (TD3: Q2 too); one [n_q, B] tensor, as the critics return now
+        return torch.stack([q(x).squeeze(-1) for q in self.qs])[:members]
 
 
 class SeparateCrossQCritic(nn.Module):
@@ -75,7 +79,7 @@ class SeparateCrossQCritic(nn.Module):
         layers.append(FP32Linear(in_dim, 1))
         return nn.Sequential(*layers)
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> list[torch.Tensor]:
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         host_branch = obs.device.type == "cpu" and not StackedQ.batched_on_cpu  # the GPU path: no warm-up shortcut
         out = []
         for q in self.qs:
@@ -83,7 +87,7 @@ class SeparateCrossQCritic(nn.Module):
             for layer in q:
                 x = layer(x, host_branch=host_branch) if isinstance(layer, BatchRenorm) else layer(x)
             out.append(x.squeeze(-1))
-        return out
+        return torch.stack(out)
 
     def commit_statistics(self, keep: torch.Tensor | None = None) -> None:
         for m in self.modules():

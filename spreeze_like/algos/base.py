@@ -60,22 +60,23 @@ def seeded_build(factory: Any, seed: int) -> nn.Module:
 
 
 def weighted_mse(pred: torch.Tensor, target: torch.Tensor, weights: torch.Tensor | None) -> torch.Tensor:
-    """Mean squared error, with importance weights when prioritized replay is used."""
+    """Mean squared error over the batch, the last dim, with importance weights when prioritized replay
+    is used: for the Q values ``[n_q, B]`` of a critic, one loss per network ``[n_q]`` in one op chain."""
     sq = (pred - target).pow(2)
-    return sq.mean() if weights is None else (weights * sq).mean()
+    return (sq if weights is None else weights * sq).mean(-1)
 
 
-def twin_q_report(qf1: torch.Tensor, qf2: torch.Tensor, target: torch.Tensor, qf1_loss: torch.Tensor,
-                  qf2_loss: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-    """What a twin-Q critic step returns: per-sample |TD error| (the larger of the two) and its metrics."""
+def q_report(q_values: torch.Tensor, target: torch.Tensor,
+             losses: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+    """What a critic step returns, from its Q values ``[n_q, B]`` and losses ``[n_q]``: per-sample |TD
+    error| (the largest over the networks) and the metrics ``qf<i>_loss``, ``qf<i>_values`` of each."""
     with torch.no_grad():
-        td_errors = torch.max((qf1 - target).abs(), (qf2 - target).abs())
-    metrics = {
-        "qf1_loss": qf1_loss.detach(),
-        "qf2_loss": qf2_loss.detach(),
-        "qf1_values": qf1.detach().mean(),
-        "qf2_values": qf2.detach().mean(),
-    }
+        errors = (q_values - target).abs()
+        td_errors = errors[0] if len(errors) == 1 else errors.amax(0)
+        means = q_values.mean(-1)
+    n = range(len(q_values))
+    metrics = {f"qf{i + 1}_loss": losses[i].detach() for i in n}
+    metrics.update({f"qf{i + 1}_values": means[i] for i in n})
     return td_errors, metrics
 
 

@@ -59,7 +59,7 @@ from __future__ import annotations
 
 import torch
 
-from spreeze_like.algos.base import AlgoSpec, Batch, twin_q_report, weighted_mse
+from spreeze_like.algos.base import AlgoSpec, Batch, q_report, weighted_mse
 from spreeze_like.algos.sac import SACActor, SACCritic
 
 CROSSQ_BETAS = (0.5, 0.999)
@@ -85,25 +85,23 @@ class CrossQCritic(SACCritic):
             next_actions, next_log_pi = self.actor.sample(b.next_obs, self.generator)
 
         # The joint forward pass: current and next state-actions in one train-mode batch.
-        qf1_all, qf2_all = self.critic(torch.cat([b.obs, b.next_obs]), torch.cat([b.action, next_actions]))
-        qf1_a_values, qf2_a_values = qf1_all[:n], qf2_all[:n]
+        qf_all = self.critic(torch.cat([b.obs, b.next_obs]), torch.cat([b.action, next_actions]))  # [2, 2B]
+        qf_a_values = qf_all[:, :n]
         with torch.no_grad():  # the target from the next half, gradient stopped
-            min_qf_next = torch.min(qf1_all[n:], qf2_all[n:]) - alpha * next_log_pi
+            min_qf_next = qf_all[:, n:].amin(0) - alpha * next_log_pi
             next_q_value = b.reward + (1.0 - b.terminated) * self.spec.gamma * min_qf_next
 
-        qf1_loss = weighted_mse(qf1_a_values, next_q_value, b.weights)
-        qf2_loss = weighted_mse(qf2_a_values, next_q_value, b.weights)
-        qf_loss = qf1_loss + qf2_loss
+        qf_losses = weighted_mse(qf_a_values, next_q_value, b.weights)  # [2]: qf1_loss, qf2_loss
         alpha_loss = (-self.log_alpha * (next_log_pi + self.target_entropy)).mean()
         self.q_optimizer.zero_grad(set_to_none=True)
-        (qf_loss + alpha_loss).backward()
+        (qf_losses.sum() + alpha_loss).backward()
         self.q_optimizer.step()
         # The running statistics take this batch only if the step was applied (found_inf: the guard's flag).
         found = self.q_optimizer.found_inf
         self.critic.commit_statistics(None if found is None else found == 0)
 
         self.updates += 1
-        td_errors, metrics = twin_q_report(qf1_a_values, qf2_a_values, next_q_value, qf1_loss, qf2_loss)
+        td_errors, metrics = q_report(qf_a_values, next_q_value, qf_losses)
         metrics.update(alpha=alpha, alpha_loss=alpha_loss.detach())
         return td_errors, metrics
 

@@ -146,7 +146,8 @@ class CrossQCritic(StackedQ):
         )
         self.n_q = n_q
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> list[torch.Tensor]:
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """The Q values ``[n_q, rows]`` of every network (one tensor: see ``networks.Critic.forward``)."""
         if not self.batched(obs.device):
             return self._one_by_one(obs, action)
         n = self.n_q
@@ -157,9 +158,9 @@ class CrossQCritic(StackedQ):
             h = layer(self.norms[k](h.view(1, -1, rows), host_branch=False).view(n, -1, rows))
             if k < len(self.layers) - 1:
                 h = F.relu(h)
-        return list(h.squeeze(1).unbind(0))
+        return h.squeeze(1)
 
-    def _one_by_one(self, obs: torch.Tensor, action: torch.Tensor) -> list[torch.Tensor]:
+    def _one_by_one(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """The CPU's path (StackedQ): each network on its own rows ``[B, features]`` and its own slices of
         the stacked parameters and statistics, as the separate networks ran.
 
@@ -173,7 +174,7 @@ class CrossQCritic(StackedQ):
             xs = layer.forward_each(self.norms[k].forward_each(xs))
             if k < len(self.layers) - 1:
                 xs = [F.relu(x) for x in xs]
-        return [x.squeeze(-1) for x in xs]
+        return torch.stack([x.squeeze(-1) for x in xs])  # [n_q, rows]
 
     def commit_statistics(self, keep: torch.Tensor | None = None) -> None:
         """Fold the last train-mode batch into every layer's running statistics (see :meth:`BatchRenorm.commit`)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import torch
 
-from spreeze_like.algos.base import ActorPart, Batch, TargetActorCriticPart, weighted_mse
+from spreeze_like.algos.base import ActorPart, Batch, TargetActorCriticPart, q_report, weighted_mse
 
 
 class DDPGCritic(TargetActorCriticPart):
@@ -17,24 +17,22 @@ class DDPGCritic(TargetActorCriticPart):
         s = self.spec
         with torch.no_grad():
             next_state_actions = self.actor_target(b.next_obs)
-            (qf1_next_target,) = self.critic_target(b.next_obs, next_state_actions)
+            qf1_next_target = self.critic_target(b.next_obs, next_state_actions)[0]
             next_q_value = b.reward + (1.0 - b.terminated) * s.gamma * qf1_next_target
 
-        (qf1_a_values,) = self.critic(b.obs, b.action)
-        qf1_loss = weighted_mse(qf1_a_values, next_q_value, b.weights)
+        qf1_a_values = self.critic(b.obs, b.action)  # [1, B]
+        qf1_loss = weighted_mse(qf1_a_values, next_q_value, b.weights)  # [1]
         self.q_optimizer.zero_grad(set_to_none=True)
-        qf1_loss.backward()
+        qf1_loss.squeeze(0).backward()  # [1] -> a scalar view
         self.q_optimizer.step()
 
         self.update_targets()
-        td_errors = (qf1_a_values.detach() - next_q_value).abs()
-        return td_errors, {"qf1_loss": qf1_loss.detach(), "qf1_values": qf1_a_values.detach().mean()}
+        return q_report(qf1_a_values, next_q_value, qf1_loss)
 
 
 class DDPGActor(ActorPart):
     def step(self, b: Batch) -> dict[str, torch.Tensor]:
-        (q,) = self.critic(b.obs, self.actor(b.obs))
-        actor_loss = -q.mean()
+        actor_loss = -self.critic(b.obs, self.actor(b.obs)).mean()  # [1, B]: the one Q network
         self.actor_optimizer.zero_grad(set_to_none=True)
         actor_loss.backward()
         self.actor_optimizer.step()

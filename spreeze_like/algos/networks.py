@@ -220,22 +220,27 @@ class Critic(StackedQ):
             EnsembleLinear([q[k] for q in per_q], fp32=k == last) for k in range(last + 1)
         )
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor, members: int | None = None) -> list[torch.Tensor]:
-        """The Q values ``[B]`` of every network, or of the first ``members`` (TD3's actor loss reads Q1
-        only: computing Q2 too would double its backward pass for a gradient of zero)."""
+    def forward(self, obs: torch.Tensor, action: torch.Tensor, members: int | None = None) -> torch.Tensor:
+        """The Q values ``[n_q, B]`` of every network, or ``[members, B]`` of the first ``members`` (TD3's
+        actor loss reads Q1 only: computing Q2 too would double its backward pass for a gradient of zero).
+
+        One tensor, not one per network: the losses and the TD errors of all networks are then one op
+        each (``base.weighted_mse``, ``base.q_report``), and on the GPU's path it is the head's
+        output itself, without a copy."""
         h = torch.cat([obs, action], dim=-1)
         n = len(self.layers[0].weight) if members is None else members
         if n == 1 or not self.batched(h.device):  # a batch of one network saves nothing (DDPG, TD3's Q1)
             return self._one_by_one(h, n)
         for layer in self.layers[:-1]:
             h = F.relu(layer(h, members))
-        return list(self.layers[-1](h, members).squeeze(-1).unbind(0))
+        return self.layers[-1](h, members).squeeze(-1)
 
-    def _one_by_one(self, x: torch.Tensor, n: int) -> list[torch.Tensor]:
+    def _one_by_one(self, x: torch.Tensor, n: int) -> torch.Tensor:
         hs = [x] * n
         for layer in self.layers[:-1]:
             hs = [F.relu(h) for h in layer.forward_each(hs)]
-        return [h.squeeze(-1) for h in self.layers[-1].forward_each(hs)]
+        qs = [h.squeeze(-1) for h in self.layers[-1].forward_each(hs)]
+        return qs[0].unsqueeze(0) if n == 1 else torch.stack(qs)  # [n, B] (one network: a view, no copy)
 
 
 # --- flat parameter vectors (the weight-board format) ------------------------------------------------

@@ -21,7 +21,7 @@ import math
 
 import torch
 
-from spreeze_like.algos.base import ActorPart, AlgoSpec, Batch, CriticPart, twin_q_report, weighted_mse
+from spreeze_like.algos.base import ActorPart, AlgoSpec, Batch, CriticPart, q_report, weighted_mse
 from spreeze_like.algos.networks import soft_update
 
 
@@ -43,22 +43,20 @@ class SACCritic(CriticPart):
         alpha = self.log_alpha.detach().exp()
         with torch.no_grad():
             next_actions, next_log_pi = self.actor.sample(b.next_obs, self.generator)
-            qf1_next_target, qf2_next_target = self.critic_target(b.next_obs, next_actions)
-            min_qf_next_target = torch.min(qf1_next_target, qf2_next_target) - alpha * next_log_pi
+            qf_next_target = self.critic_target(b.next_obs, next_actions)  # [2, B]: Q1 and Q2
+            min_qf_next_target = qf_next_target.amin(0) - alpha * next_log_pi
             next_q_value = b.reward + (1.0 - b.terminated) * self.spec.gamma * min_qf_next_target
 
-        qf1_a_values, qf2_a_values = self.critic(b.obs, b.action)
-        qf1_loss = weighted_mse(qf1_a_values, next_q_value, b.weights)
-        qf2_loss = weighted_mse(qf2_a_values, next_q_value, b.weights)
-        qf_loss = qf1_loss + qf2_loss
+        qf_a_values = self.critic(b.obs, b.action)  # [2, B]
+        qf_losses = weighted_mse(qf_a_values, next_q_value, b.weights)  # [2]: qf1_loss, qf2_loss
         alpha_loss = (-self.log_alpha * (next_log_pi + self.target_entropy)).mean()
         self.q_optimizer.zero_grad(set_to_none=True)
-        (qf_loss + alpha_loss).backward()  # disjoint graphs: each loss reaches only its own parameters
+        (qf_losses.sum() + alpha_loss).backward()  # disjoint graphs: each loss reaches only its own parameters
         self.q_optimizer.step()
 
         soft_update(self.critic_target_params, self.critic_params, self.spec.tau)
         self.updates += 1
-        td_errors, metrics = twin_q_report(qf1_a_values, qf2_a_values, next_q_value, qf1_loss, qf2_loss)
+        td_errors, metrics = q_report(qf_a_values, next_q_value, qf_losses)
         metrics.update(alpha=alpha, alpha_loss=alpha_loss.detach())
         return td_errors, metrics
 
@@ -82,8 +80,7 @@ class SACActor(ActorPart):
     def step(self, b: Batch) -> dict[str, torch.Tensor]:
         alpha = self.log_alpha.exp()
         pi, log_pi = self.actor.sample(b.obs, self.generator)
-        qf1_pi, qf2_pi = self.critic(b.obs, pi)
-        min_qf_pi = torch.min(qf1_pi, qf2_pi)
+        min_qf_pi = self.critic(b.obs, pi).amin(0)  # the smaller of Q1 and Q2
         actor_loss = (alpha * log_pi - min_qf_pi).mean()
         self.actor_optimizer.zero_grad(set_to_none=True)
         actor_loss.backward()

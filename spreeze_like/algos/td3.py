@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from spreeze_like.algos.base import ActorPart, Batch, TargetActorCriticPart, twin_q_report, weighted_mse
+from spreeze_like.algos.base import ActorPart, Batch, TargetActorCriticPart, q_report, weighted_mse
 
 
 class TD3Critic(TargetActorCriticPart):
@@ -22,25 +22,22 @@ class TD3Critic(TargetActorCriticPart):
             noise = torch.randn(b.action.shape, generator=self.generator, device=self.device)
             clipped_noise = (noise * s.policy_noise).clamp(-s.noise_clip, s.noise_clip)
             next_state_actions = (self.actor_target(b.next_obs) + clipped_noise).clamp(-1.0, 1.0)
-            qf1_next_target, qf2_next_target = self.critic_target(b.next_obs, next_state_actions)
-            min_qf_next_target = torch.min(qf1_next_target, qf2_next_target)
+            min_qf_next_target = self.critic_target(b.next_obs, next_state_actions).amin(0)  # min(Q1, Q2)
             next_q_value = b.reward + (1.0 - b.terminated) * s.gamma * min_qf_next_target
 
-        qf1_a_values, qf2_a_values = self.critic(b.obs, b.action)
-        qf1_loss = weighted_mse(qf1_a_values, next_q_value, b.weights)
-        qf2_loss = weighted_mse(qf2_a_values, next_q_value, b.weights)
-        qf_loss = qf1_loss + qf2_loss
+        qf_a_values = self.critic(b.obs, b.action)  # [2, B]
+        qf_losses = weighted_mse(qf_a_values, next_q_value, b.weights)  # [2]: qf1_loss, qf2_loss
         self.q_optimizer.zero_grad(set_to_none=True)
-        qf_loss.backward()
+        qf_losses.sum().backward()
         self.q_optimizer.step()
 
         self.update_targets()  # every policy_delay updates, with the delayed policy update
-        return twin_q_report(qf1_a_values, qf2_a_values, next_q_value, qf1_loss, qf2_loss)
+        return q_report(qf_a_values, next_q_value, qf_losses)
 
 
 class TD3Actor(ActorPart):
     def step(self, b: Batch) -> dict[str, torch.Tensor]:
-        (qf1_pi,) = self.critic(b.obs, self.actor(b.obs), members=1)  # Q1 only, as in the paper
+        qf1_pi = self.critic(b.obs, self.actor(b.obs), members=1)  # Q1 only ([1, B]), as in the paper
         actor_loss = -qf1_pi.mean()
         self.actor_optimizer.zero_grad(set_to_none=True)
         actor_loss.backward()

@@ -215,3 +215,42 @@ def test_bf16_actor_step_changes_the_actor_with_fp32_outputs():
         metrics = part.step(batch(seed=1))
     assert action.dtype == torch.float32 and log_prob.dtype == torch.float32
     assert torch.isfinite(metrics["actor_loss"]) and not np.array_equal(before, part.actor_vector())
+
+
+@pytest.mark.parametrize("batched", [False, True], ids=["one-by-one", "batched"])
+@pytest.mark.parametrize("algo", ["sac", "td3"])
+def test_one_critic_step_equals_the_per_network_losses_written_out(algo, batched, monkeypatch):
+    """The step computes every network's loss, the target's min and the TD errors as one op over the [2, B]
+    Q values (base.weighted_mse, base.q_report); here they are written out per network, as CleanRL does."""
+    import copy
+
+    monkeypatch.setattr(StackedQ, "batched_on_cpu", batched)
+    part = make_critic_part(spec(algo, gamma=0.9), "cpu")
+    b = batch(weights=torch.linspace(0.5, 2.0, 32))
+    critic, s = copy.deepcopy(part.critic), part.spec
+    g = torch.Generator().set_state(part.generator.get_state())
+    with torch.no_grad():
+        if algo == "sac":
+            alpha = part.log_alpha.exp()
+            next_actions, next_log_pi = part.actor.sample(b.next_obs, g)
+            q1_next, q2_next = part.critic_target(b.next_obs, next_actions)
+            next_v = torch.min(q1_next, q2_next) - alpha * next_log_pi
+        else:
+            noise = (torch.randn(b.action.shape, generator=g) * s.policy_noise).clamp(-s.noise_clip, s.noise_clip)
+            next_actions = (part.actor_target(b.next_obs) + noise).clamp(-1.0, 1.0)
+            q1_next, q2_next = part.critic_target(b.next_obs, next_actions)
+            next_v = torch.min(q1_next, q2_next)
+        target = b.reward + (1.0 - b.terminated) * 0.9 * next_v
+    q1, q2 = critic(b.obs, b.action)
+    loss1, loss2 = (b.weights * (q1 - target) ** 2).mean(), (b.weights * (q2 - target) ** 2).mean()
+    (loss1 + loss2).backward()
+
+    td_errors, metrics = part.step(b)
+    torch.testing.assert_close(metrics["qf1_loss"], loss1.detach(), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(metrics["qf2_loss"], loss2.detach(), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(metrics["qf2_values"], q2.detach().mean(), rtol=1e-6, atol=1e-6)
+    expected_td = torch.max((q1 - target).abs(), (q2 - target).abs()).detach()
+    torch.testing.assert_close(td_errors, expected_td, rtol=1e-6, atol=1e-6)
+    assert loss1.item() != pytest.approx(loss2.item())  # two different networks, two different losses
+    for (name, p), ref in zip(part.critic.named_parameters(), critic.parameters(), strict=True):
+        torch.testing.assert_close(p.grad, ref.grad, rtol=1e-5, atol=1e-6, msg=name)
