@@ -254,3 +254,21 @@ def test_one_critic_step_equals_the_per_network_losses_written_out(algo, batched
     assert loss1.item() != pytest.approx(loss2.item())  # two different networks, two different losses
     for (name, p), ref in zip(part.critic.named_parameters(), critic.parameters(), strict=True):
         torch.testing.assert_close(p.grad, ref.grad, rtol=1e-5, atol=1e-6, msg=name)
+
+
+def test_the_squashed_gaussian_log_prob_is_the_change_of_variables_of_a_normal():
+    """log pi(a|s) of a = tanh(x), x ~ N(mean, std): the Normal's log density minus log(1 - tanh(x)^2), per
+    action dim, summed; computed by torch.distributions in float64 from the same noise."""
+    actor = make_actor_part(spec("sac"), "cpu").actor
+    obs = torch.randn(64, 3, generator=torch.Generator().manual_seed(4)) * 3  # wide: some |x| large, tanh saturated
+    g = torch.Generator().manual_seed(9)
+    action, log_prob = actor.sample(obs, torch.Generator().set_state(g.get_state()))
+    with torch.no_grad():
+        mean, log_std = (t.double() for t in actor(obs))
+        eps = torch.randn(mean.shape, generator=g).double()
+        x = mean + log_std.exp() * eps
+        expected = torch.distributions.Normal(mean, log_std.exp()).log_prob(x).sum(-1)
+        expected = expected - torch.log1p(-torch.tanh(x).pow(2)).sum(-1)
+    torch.testing.assert_close(action.double(), torch.tanh(x), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(log_prob.double(), expected, rtol=1e-5, atol=1e-4)
+    assert (log_std > -5).all() and (log_std < 2).all()  # the soft clamp into [LOG_STD_MIN, LOG_STD_MAX]
