@@ -61,7 +61,7 @@ class MetricMeans:
         keys = tuple(metrics)
         values = torch.stack([v.reshape(()).float() for v in metrics.values()])
         kept = torch.as_tensor(applied, dtype=torch.float32, device=values.device).reshape(1)
-        row = torch.cat([torch.where(kept > 0, values, torch.zeros_like(values)), kept])
+        row = torch.cat([torch.where(kept > 0, values, 0.0), kept])  # where, not a product: 0 * NaN is NaN
         if self._sum is None:
             self._keys, self._sum = keys, torch.zeros_like(row)
         elif keys != self._keys:
