@@ -126,9 +126,10 @@ def _mujoco_warning(message: str) -> None:
         print(f"WARNING: {message}", file=sys.stderr, flush=True)
 
 
-def _filter_known_mujoco_warnings(env_id: str) -> None:
+def filter_known_mujoco_warnings(env_id: str) -> None:
     """Install :func:`_mujoco_warning` as MuJoCo's warning handler before a MuJoCo env is made, unless
-    someone installed a handler of their own. Envs that are not MuJoCo's never import it here."""
+    someone installed a handler of their own. Envs that are not MuJoCo's never import it here (0.45 s).
+    An env whose entry point makes a MuJoCo env itself (a wrapper) calls this with the inner id."""
     try:
         entry_point = str(gym.spec(env_id).entry_point)
     except gym.error.Error:
@@ -149,7 +150,7 @@ def _make_quietly_on_failure(env_id: str, kwargs: dict[str, Any]) -> gym.Env:
     gymnasium warns before it raises (``Pendulum-v0``: a coloured DeprecationWarning of two lines, then
     DeprecationWarning: "version v0 ... is deprecated"), which put two lines above the ``error:`` line.
     """
-    _filter_known_mujoco_warnings(env_id)
+    filter_known_mujoco_warnings(env_id)
     with warnings.catch_warnings(record=True) as caught:
         instance = gym.make(env_id, **kwargs)
     for w in caught:  # already filtered when recorded; shown as they would have been

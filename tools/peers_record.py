@@ -29,6 +29,8 @@ from pathlib import Path
 
 import gymnasium as gym
 
+from spreeze_like.envs import filter_known_mujoco_warnings
+
 EPISODE_DIR_VAR = "SPZ_BENCH_EPISODE_DIR"
 BASE_ENV_VAR = "SPZ_BENCH_BASE_ENV"
 RECORDED_ID = "SpzBench/Recorded-v0"
@@ -74,6 +76,7 @@ def _made_by_evaluator() -> bool:
 
 
 def make_recorded(**kwargs) -> gym.Env:
+    filter_known_mujoco_warnings(os.environ[BASE_ENV_VAR])  # as spreeze_like's make_env does for the base id
     env = gym.make(os.environ[BASE_ENV_VAR], **kwargs)
     out_dir = os.environ.get(EPISODE_DIR_VAR)
     if not out_dir:
