@@ -50,16 +50,23 @@ def upgrade_payload(payload: dict[str, Any]) -> None:
             part["optimizers"]["q_optimizer"] = stacked_optimizer(optimizer, n_q)
 
 
+def per_network(state: dict[str, torch.Tensor], key: re.Pattern[str],
+                layout: str) -> tuple[dict[tuple[int, int, str], torch.Tensor], int, list[int]]:
+    """A per-network critic state dict (``qs.<q>.<index>.<kind>``, matched by ``key``) by ``(q, index,
+    kind)``, with its number of networks and the sorted module indices; ValueError names ``layout``."""
+    found: dict[tuple[int, int, str], torch.Tensor] = {}
+    for name, tensor in state.items():
+        match = key.match(name)
+        if match is None:
+            raise ValueError(f"critic state key {name!r} is not {layout}")
+        found[(int(match[1]), int(match[2]), match[3])] = tensor
+    return found, 1 + max(q for q, _, _ in found), sorted({i for _, i, _ in found})
+
+
 def stacked_critic(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], int]:
     """A format-1 critic state dict in format 2's layout, and its number of Q networks."""
-    found: dict[tuple[int, int, str], torch.Tensor] = {}
-    for key, tensor in state.items():
-        match = _KEY.match(key)
-        if match is None:
-            raise ValueError(f"critic state key {key!r} is not format 1's per-network layout")
-        found[(int(match[1]), int(match[2]), match[3])] = tensor
-    n_q = 1 + max(q for q, _, _ in found)
-    indices = sorted({i for _, i, _ in found})  # the Linear layers' places in each nn.Sequential
+    # indices: the Linear layers' places in each nn.Sequential
+    found, n_q, indices = per_network(state, _KEY, "format 1's per-network layout")
     out = {f"layers.{k}.{kind}": _stack_like_parameters([found[(q, index, kind)] for q in range(n_q)])
            for k, index in enumerate(indices) for kind in ("weight", "bias")}
     return out, n_q

@@ -28,7 +28,7 @@ from typing import Any
 
 import torch
 
-from spreeze_like.algos.layout_v1 import CRITIC_MODULES, Plan, stacked_optimizer
+from spreeze_like.algos.layout_v1 import CRITIC_MODULES, Plan, per_network, stacked_optimizer
 
 _KEY = re.compile(r"^qs\.(\d+)\.(\d+)\.(weight|bias|running_mean|running_var|steps)$")
 _PARAMETERS = ("weight", "bias")
@@ -60,14 +60,8 @@ def upgrade_payload(payload: dict[str, Any]) -> None:
 def stacked_crossq_critic(state: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], int, Plan]:
     """A per-network CrossQ critic state dict in format 3's layout, its number of Q networks, and the
     plan that stacks its optimiser's moments the same way."""
-    found: dict[tuple[int, int, str], torch.Tensor] = {}
-    for key, tensor in state.items():
-        match = _KEY.match(key)
-        if match is None:
-            raise ValueError(f"critic state key {key!r} is not the per-network layout of CrossQ's formats 1 and 2")
-        found[(int(match[1]), int(match[2]), match[3])] = tensor
-    n_q = 1 + max(q for q, _, _ in found)
-    indices = sorted({i for _, i, _ in found})  # the modules with state, in each nn.Sequential's order
+    # indices: the modules with state (norms and linear layers), in each nn.Sequential's order
+    found, n_q, indices = per_network(state, _KEY, "the per-network layout of CrossQ's formats 1 and 2")
     is_norm = {i: (0, i, "running_mean") in found for i in indices}
     # each network's parameters, in its nn.Sequential's order: (weight, bias) of every module
     position = {(i, kind): 2 * rank + _PARAMETERS.index(kind) for rank, i in enumerate(indices) for kind in _PARAMETERS}

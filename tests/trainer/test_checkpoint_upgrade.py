@@ -9,6 +9,7 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -41,6 +42,21 @@ def spec_of(payload: dict) -> AlgoSpec:
                     policy_delay=config["policy_delay"], precision="fp32", seed=config["seed"])
 
 
+def loaded(algo: str, version: int) -> tuple[dict, AlgoSpec, Any, Any, tuple[torch.Tensor, torch.Tensor]]:
+    """The fixture of ``version`` as saved, its spec, both halves loaded from it as today's code upgrades
+    it, and 16 Pendulum-sized probe inputs."""
+    old = raw_v1(algo, version)
+    assert old["format_version"] == version
+    payload = load_checkpoint(fixture(algo, version))
+    assert payload["format_version"] == FORMAT_VERSION
+    spec = spec_of(payload)
+    critic_part, actor_part = make_critic_part(spec, "cpu"), make_actor_part(spec, "cpu")
+    critic_part.load_state_dict(payload["roles"]["critic-learner"]["part"])
+    actor_part.load_state_dict(payload["roles"]["actor-learner"]["part"])
+    g = torch.Generator().manual_seed(0)
+    return old, spec, critic_part, actor_part, (torch.randn(16, 3, generator=g), torch.rand(16, 1, generator=g) * 2 - 1)
+
+
 def q_by_hand(state: dict, obs: torch.Tensor, action: torch.Tensor) -> list[torch.Tensor]:
     """Q values from a format-1 critic state dict, computed from its own per-network tensors."""
     x0 = torch.cat([obs, action], -1)
@@ -57,17 +73,8 @@ def q_by_hand(state: dict, obs: torch.Tensor, action: torch.Tensor) -> list[torc
 
 @pytest.mark.parametrize("algo", ALGOS)
 def test_a_format1_checkpoint_loads_with_the_same_q_values_and_moments(algo):
-    old = raw_v1(algo)
-    assert old["format_version"] == 1 and "qs.0.0.weight" in old["roles"]["critic-learner"]["part"]["modules"]["critic"]
-    payload = load_checkpoint(fixture(algo))
-    assert payload["format_version"] == FORMAT_VERSION
-    spec = spec_of(payload)
-    critic_part, actor_part = make_critic_part(spec, "cpu"), make_actor_part(spec, "cpu")
-    critic_part.load_state_dict(payload["roles"]["critic-learner"]["part"])
-    actor_part.load_state_dict(payload["roles"]["actor-learner"]["part"])
-
-    g = torch.Generator().manual_seed(0)
-    obs, action = torch.randn(16, 3, generator=g), torch.rand(16, 1, generator=g) * 2 - 1
+    old, spec, critic_part, actor_part, (obs, action) = loaded(algo, 1)
+    assert "qs.0.0.weight" in old["roles"]["critic-learner"]["part"]["modules"]["critic"]
     old_modules = old["roles"]["critic-learner"]["part"]["modules"]
     for network, saved in ((critic_part.critic, old_modules["critic"]), (critic_part.critic_target, old_modules["critic_target"]),
                            (actor_part.critic, old["roles"]["actor-learner"]["part"]["modules"]["critic_copy"])):
@@ -133,18 +140,9 @@ def test_an_older_run_resumes_from_the_cli(tmp_path, version, algo):
 # --- CrossQ: formats 1 and 2 held one nn.Sequential per network; format 3 stacks them (algos/layout_v2.py) ---
 @pytest.mark.parametrize("version", [1, 2])
 def test_a_crossq_checkpoint_of_format_1_or_2_loads_with_the_same_q_values_and_moments(version):
-    old = raw_v1("crossq", version)
+    old, spec, critic_part, actor_part, (obs, action) = loaded("crossq", version)
     old_critic = old["roles"]["critic-learner"]["part"]["modules"]["critic"]
-    assert old["format_version"] == version and "qs.1.3.running_mean" in old_critic
-    payload = load_checkpoint(fixture("crossq", version))
-    assert payload["format_version"] == FORMAT_VERSION
-    spec = spec_of(payload)
-    critic_part, actor_part = make_critic_part(spec, "cpu"), make_actor_part(spec, "cpu")
-    critic_part.load_state_dict(payload["roles"]["critic-learner"]["part"])
-    actor_part.load_state_dict(payload["roles"]["actor-learner"]["part"])
-
-    g = torch.Generator().manual_seed(0)
-    obs, action = torch.randn(16, 3, generator=g), torch.rand(16, 1, generator=g) * 2 - 1
+    assert "qs.1.3.running_mean" in old_critic
     for network, saved, train in ((critic_part.critic, old_critic, True),
                                   (actor_part.critic, old["roles"]["actor-learner"]["part"]["modules"]["critic_copy"], False)):
         reference = SeparateCrossQCritic(3, 1, spec.hidden_sizes, spec.n_q).train(train)
