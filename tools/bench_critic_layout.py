@@ -62,7 +62,7 @@ class SeparateCritic(nn.Module):
         return torch.stack([q(x).squeeze(-1) for q in self.qs])[:members]
 
 
-class SeparateCrossQCritic(nn.Module):
+class SeparateCrossQCritic(StackedQ):  # StackedQ: only for ``batched``, which CrossQ's step asks
     """CrossQ's critic before the stacking (checkpoint formats 1 and 2): per network an ``nn.Sequential``
     ``BRN -> [Linear -> ReLU -> BRN] x len(hidden) -> Linear`` over ``[B, features]`` rows."""
 
@@ -79,13 +79,18 @@ class SeparateCrossQCritic(nn.Module):
         layers.append(FP32Linear(in_dim, 1))
         return nn.Sequential(*layers)
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        host_branch = obs.device.type == "cpu" and not StackedQ.batched_on_cpu  # the GPU path: no warm-up shortcut
+    @property
+    def warmup(self) -> int:
+        return self.qs[0][0].warmup
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor, warming_up: bool | None = None) -> torch.Tensor:
+        if self.batched(obs.device):
+            warming_up = bool(warming_up)  # as the stacked critic's GPU path takes it
         out = []
         for q in self.qs:
             x = torch.cat([obs, action], dim=-1)
             for layer in q:
-                x = layer(x, host_branch=host_branch) if isinstance(layer, BatchRenorm) else layer(x)
+                x = layer(x, warming_up) if isinstance(layer, BatchRenorm) else layer(x)
             out.append(x.squeeze(-1))
         return torch.stack(out)
 

@@ -78,14 +78,27 @@ class CrossQCritic(SACCritic):
             if any(p is self.log_alpha for p in group["params"]):
                 group["betas"] = ALPHA_BETAS
 
+    def step_variant(self) -> int:
+        """0 while this half has made fewer than the batch renormalisation's ``warmup`` updates, then 1.
+
+        A CUDA graph cannot read the layers' committed-update count, so on the GPU's path the host's own
+        count says when the warm-up ends (one graph per phase, as TD3's delayed update has). It is exact:
+        the layers commit at most once per update (none for a skipped step), so while this count is
+        under ``warmup`` theirs is too, and the warm-up's shortcut (``r = 1, d = 0``) is what they would
+        compute; after it, the device computes ``r`` and ``d`` from its own count.
+        """
+        return int(self.updates >= self.critic.warmup)
+
     def step(self, b: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         alpha = self.log_alpha.detach().exp()
         n = b.obs.shape[0]
+        # the CPU reads the layers' own count instead (free there): None
+        warming_up = self.step_variant() == 0 if self.critic.batched(self.device) else None
         with torch.no_grad():
             next_actions, next_log_pi = self.actor.sample(b.next_obs, self.generator)
 
         # The joint forward pass: current and next state-actions in one train-mode batch.
-        qf_all = self.critic(torch.cat([b.obs, b.next_obs]), torch.cat([b.action, next_actions]))  # [2, 2B]
+        qf_all = self.critic(torch.cat([b.obs, b.next_obs]), torch.cat([b.action, next_actions]), warming_up)  # [2, 2B]
         qf_a_values = qf_all[:, :n]
         with torch.no_grad():  # the target from the next half, gradient stopped
             min_qf_next = qf_all[:, n:].amin(0) - alpha * next_log_pi

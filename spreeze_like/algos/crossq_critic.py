@@ -59,37 +59,42 @@ class BatchRenorm(nn.Module):
         self.register_buffer("steps", torch.zeros((), dtype=torch.int64))  # committed train-mode updates
         self._batch_stats: tuple[torch.Tensor, torch.Tensor] | None = None
 
-    def forward(self, x: torch.Tensor, host_branch: bool | None = None) -> torch.Tensor:
-        """Normalise ``x``; ``host_branch`` (default: on the CPU) allows the warm-up shortcut below."""
+    def forward(self, x: torch.Tensor, warming_up: bool | None = None) -> torch.Tensor:
+        """Normalise ``x``. ``warming_up``: True when the caller knows that fewer than ``warmup`` updates
+        were committed (then ``r = 1, d = 0``, and the batch norm takes the shortcut below); False computes
+        ``r`` and ``d`` on the device, right in both phases; None reads ``steps`` on the CPU (free there)
+        and is False elsewhere (a CUDA graph cannot branch on a device value)."""
         if not self.training:
             return F.batch_norm(x.float(), self.running_mean, self.running_var, self.weight, self.bias, False, 0.0,
                                 self.eps)
-        y, mean, var = self._train(x, self.weight, self.bias, self.running_mean, self.running_var, host_branch)
+        y, mean, var = self._train(x, self.weight, self.bias, self.running_mean, self.running_var, warming_up)
         self._batch_stats = (mean, var)
         return y
 
-    def forward_each(self, xs: list[torch.Tensor], host_branch: bool | None = None) -> list[torch.Tensor]:
+    def forward_each(self, xs: list[torch.Tensor], warming_up: bool | None = None) -> list[torch.Tensor]:
         """Normalise ``len(xs)`` networks' rows ``[B, F]`` one by one, network ``q`` with channels
         ``q * F ... (q + 1) * F - 1`` (the CPU's path: two narrow calls beat one wide one there)."""
         n = len(xs)
         slices = [t.view(n, -1).unbind(0) for t in (self.weight, self.bias, self.running_mean, self.running_var)]
         if not self.training:
             return [F.batch_norm(x.float(), m, v, w, b, False, 0.0, self.eps) for x, w, b, m, v in zip(xs, *slices)]
-        outs = [self._train(x, w, b, m, v, host_branch) for x, w, b, m, v in zip(xs, *slices)]
+        outs = [self._train(x, w, b, m, v, warming_up) for x, w, b, m, v in zip(xs, *slices)]
         with torch.no_grad():
             self._batch_stats = (torch.cat([mean for _, mean, _ in outs]), torch.cat([var for _, _, var in outs]))
         return [y for y, _, _ in outs]
 
     def _train(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, running_mean: torch.Tensor,
-               running_var: torch.Tensor, host_branch: bool | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+               running_var: torch.Tensor, warming_up: bool | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Train mode over the channels these parameters and statistics belong to: ``(y, mean, var)``
         with the batch's mean and population variance (no gradient)."""
         x = x.float()
-        if (x.device.type == "cpu" if host_branch is None else host_branch) and int(self.steps) < self.warmup:
-            # Warm-up on the CPU: r = 1 and d = 0, so this is plain batch norm with the affine part fused into
-            # the kernel, without the elementwise ops of r, d and the addcmul below (forward and backward).
-            # A CrossQ 256x256 critic step at HalfCheetah sizes: 13.5 -> 12.1 ms (ad-hoc A/B, quiet machine).
-            # The step count is a host read, free on the CPU; a CUDA graph cannot branch on it.
+        if warming_up is None:  # the step count is a host read, free on the CPU; a CUDA graph cannot branch on it
+            warming_up = x.device.type == "cpu" and int(self.steps) < self.warmup
+        if warming_up:
+            # Warm-up: r = 1 and d = 0, so this is plain batch norm with the affine part fused into the
+            # kernel, without the elementwise ops of r, d and the addcmul below (forward and backward).
+            # A CrossQ 256x256 critic step at HalfCheetah sizes on the CPU: 13.5 -> 12.1 ms (ad-hoc A/B,
+            # quiet machine); on a GPU's path, counted on the CPU, 179 -> 104 kernel ops per critic step.
             y, mean, invstd = torch.native_batch_norm(x, weight, bias, None, None, True, 0.0, self.eps)
         else:
             # torch's batch-norm kernel normalises and returns the batch mean and 1/sigma_B; the affine
@@ -146,21 +151,27 @@ class CrossQCritic(StackedQ):
         )
         self.n_q = n_q
 
-    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
-        """The Q values ``[n_q, rows]`` of every network (one tensor: see ``networks.Critic.forward``)."""
+    @property
+    def warmup(self) -> int:
+        """Updates of plain batch normalisation before the renormalisation corrects (every layer's)."""
+        return self.norms[0].warmup
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor, warming_up: bool | None = None) -> torch.Tensor:
+        """The Q values ``[n_q, rows]`` of every network (one tensor: see ``networks.Critic.forward``);
+        ``warming_up`` as :meth:`BatchRenorm.forward` takes it (the GPU's path: None is False)."""
         if not self.batched(obs.device):
-            return self._one_by_one(obs, action)
+            return self._one_by_one(obs, action, warming_up)
         n = self.n_q
         # every network's copy of the input, features first: [n, obs + act, rows] in one cat
         h = torch.cat([obs.t().expand(n, -1, -1), action.t().expand(n, -1, -1)], dim=1)
         for k, layer in enumerate(self.layers):
             rows = h.shape[-1]
-            h = layer(self.norms[k](h.view(1, -1, rows), host_branch=False).view(n, -1, rows))
+            h = layer(self.norms[k](h.view(1, -1, rows), bool(warming_up)).view(n, -1, rows))
             if k < len(self.layers) - 1:
                 h = F.relu(h)
         return h.squeeze(1)
 
-    def _one_by_one(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+    def _one_by_one(self, obs: torch.Tensor, action: torch.Tensor, warming_up: bool | None) -> torch.Tensor:
         """The CPU's path (StackedQ): each network on its own rows ``[B, features]`` and its own slices of
         the stacked parameters and statistics, as the separate networks ran.
 
@@ -171,7 +182,7 @@ class CrossQCritic(StackedQ):
         """
         xs = [torch.cat([obs, action], dim=-1)] * self.n_q
         for k, layer in enumerate(self.layers):
-            xs = layer.forward_each(self.norms[k].forward_each(xs))
+            xs = layer.forward_each(self.norms[k].forward_each(xs, warming_up))
             if k < len(self.layers) - 1:
                 xs = [F.relu(x) for x in xs]
         return torch.stack([x.squeeze(-1) for x in xs])  # [n_q, rows]

@@ -150,3 +150,34 @@ def test_the_gpu_path_halves_the_crossq_critic_steps_matmuls_and_norms(monkeypat
     assert sum(stk[op] for op in matmuls) < 0.6 * sum(sep[op] for op in matmuls)
     assert sep["native_batch_norm"] == 6 and stk["native_batch_norm"] == 3  # three norms, twin Q
     assert sum(stk.values()) < 0.7 * sum(sep.values())
+
+
+def test_the_gpu_path_ends_the_warmup_by_the_host_count_and_updates_as_the_cpu_path(monkeypatch):
+    """A graph cannot read the layers' committed-update count: on the GPU's path the critic half's own update
+    count picks the warm-up shortcut (step_variant 0) or the device's r and d (1). Six updates with a
+    warm-up of three on both paths: the same Q values and running statistics at every step, and the
+    variant turns at the third update."""
+    from spreeze_like.algos import make_critic_part
+
+    spec = AlgoSpec(algo="crossq", obs_dim=OBS, act_dim=ACT, hidden_sizes=HIDDEN, seed=4)
+    parts = {}
+    for batched in (False, True):
+        monkeypatch.setattr(StackedQ, "batched_on_cpu", batched)
+        part = make_critic_part(spec, "cpu")
+        for norm in part.critic.norms:
+            norm.warmup = 3
+        variants, errors = [], []
+        for k in range(6):
+            obs, action = inputs(seed=k, rows=32)
+            g = torch.Generator().manual_seed(100 + k)
+            b = Batch(obs, action, torch.randn(32, generator=g), obs + torch.randn(32, OBS, generator=g), torch.zeros(32))
+            variants.append(part.step_variant())
+            errors.append(part.step(b)[0])
+        parts[batched] = (part, variants, errors)
+    (cpu, cpu_variants, cpu_errors), (gpu, gpu_variants, gpu_errors) = parts[False], parts[True]
+    assert gpu_variants == [0, 0, 0, 1, 1, 1]
+    for a, b in zip(cpu_errors, gpu_errors, strict=True):
+        torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
+    for a, b in zip(cpu.critic.norms, gpu.critic.norms, strict=True):
+        assert a.steps.item() == b.steps.item() == 6
+        torch.testing.assert_close(b.running_var, a.running_var, rtol=1e-5, atol=1e-6)
