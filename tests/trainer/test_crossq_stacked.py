@@ -175,7 +175,7 @@ def test_the_gpu_path_ends_the_warmup_by_the_host_count_and_updates_as_the_cpu_p
             errors.append(part.step(b)[0])
         parts[batched] = (part, variants, errors)
     (cpu, cpu_variants, cpu_errors), (gpu, gpu_variants, gpu_errors) = parts[False], parts[True]
-    assert gpu_variants == [0, 0, 0, 1, 1, 1]
+    assert cpu_variants == gpu_variants == [0, 0, 0, 1, 1, 1]  # the count is the same on both paths
     for a, b in zip(cpu_errors, gpu_errors, strict=True):
         torch.testing.assert_close(b, a, rtol=1e-4, atol=1e-5)
     for a, b in zip(cpu.critic.norms, gpu.critic.norms, strict=True):
