@@ -34,8 +34,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from spreeze_like.algos.crossq_critic import running_statistics
-from spreeze_like.algos.networks import actor_class, critic_class, get_flat, numel, params_of, set_flat, soft_update
+from spreeze_like.algos.crossq_critic import CrossQCritic, running_statistics
+from spreeze_like.algos.networks import Critic, actor_class, get_flat, numel, params_of, set_flat, soft_update
 from spreeze_like.algos.optim import FusedAdam
 from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.seeding import derive_seed
@@ -50,6 +50,11 @@ class Batch(NamedTuple):
     next_obs: torch.Tensor
     terminated: torch.Tensor
     weights: torch.Tensor | None = None
+
+
+def critic_class(algo: str) -> type[nn.Module]:
+    """The critic network of ``algo``: batch-renormalised for CrossQ, a stack of plain MLPs for the others."""
+    return CrossQCritic if algo == "crossq" else Critic
 
 
 def seeded_build(factory: Any, seed: int) -> nn.Module:

@@ -120,15 +120,6 @@ def actor_class(algo: str) -> type[nn.Module]:
     return SquashedGaussianActor if algo in ("sac", "crossq") else DeterministicActor
 
 
-def critic_class(algo: str) -> type[nn.Module]:
-    """The critic network of ``algo``: batch-renormalised for CrossQ, a plain MLP per Q for the others."""
-    if algo == "crossq":
-        from spreeze_like.algos.crossq_critic import CrossQCritic  # that module builds on this one
-
-        return CrossQCritic
-    return Critic
-
-
 class EnsembleLinear(nn.Module):
     """``n`` linear layers of one shape applied together: ``[n, B, in] -> [n, B, out]`` in one batched matmul.
 

@@ -206,7 +206,7 @@ def vector_sizes(spec: Any) -> tuple[int, int]:
 
     No torch: the supervisor sizes the weight boards before it spawns the roles, and importing torch
     for that put ~0.8 s before every spawn (docs/startup.md). The layouts are those of
-    ``algos/networks.py``: a ``Linear(i, o)`` holds ``i*o + o`` values; the SAC/CrossQ actor has two
+    ``algos/networks.py`` and ``algos/crossq_critic.py``: a ``Linear(i, o)`` holds ``i*o + o`` values; the SAC/CrossQ actor has two
     heads (mean, log_std), the TD3/DDPG actor one; each of the ``n_q`` Q networks is an MLP on
     obs+act with one output; CrossQ's Batch Renormalization layers (on the input and after each hidden
     layer) hold a weight, a bias and the two running statistics per feature; the actor half's
