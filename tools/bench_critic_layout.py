@@ -13,9 +13,10 @@ weights), in one process:
 
 * **kernel ops** of one critic step and one actor step, counted under a dispatch mode (views and
   metadata ops excluded), for the separate networks and the stacked critic, each on its CPU path and
-  its GPU path (``StackedQ.batched_on_cpu``; for CrossQ the GPU path also leaves out the CPU's
-  batch-renorm warm-up shortcut, a host branch). On a GPU at batch 256 each op is a kernel of a few
-  microseconds in the captured update, so the GPU path's count is what the stacking buys there.
+  its GPU path (``StackedQ.batched_on_cpu``; for CrossQ the GPU path knows the batch renorm's warm-up
+  from the host's update count, the graph variant a GPU captures, where the CPU reads the layers' own
+  count). On a GPU at batch 256 each op is a kernel of a few microseconds in the captured update, so
+  the GPU path's count is what the stacking buys there. The steps counted fall in CrossQ's warm-up.
 * **time per step** on ``--device`` (eager, one torch thread on the CPU), separate vs stacked,
   interleaved over ``--rounds`` rounds so that a drift of the machine's load hits both; the ratio is
   the median over rounds of stacked / separate (below 1: the stacked critic is faster).
