@@ -40,7 +40,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 import spreeze_like.algos.base as algos_base
 from spreeze_like.algos import make_actor_part, make_critic_part
 from spreeze_like.algos.base import AlgoSpec, Batch
-from spreeze_like.algos.crossq_critic import BatchRenorm
+from spreeze_like.algos.crossq_critic import BatchRenorm, commit_statistics
 from spreeze_like.algos.networks import FP32Linear, StackedQ, mlp
 
 VIEW_OPS = frozenset({"t", "detach", "view", "unsqueeze", "squeeze", "expand", "unbind", "select", "_unsafe_view",
@@ -96,9 +96,7 @@ class SeparateCrossQCritic(StackedQ):  # StackedQ: only for ``batched``, which C
         return torch.stack(out)
 
     def commit_statistics(self, keep: torch.Tensor | None = None) -> None:
-        for m in self.modules():
-            if isinstance(m, BatchRenorm):
-                m.commit(keep)
+        commit_statistics(self, keep)
 
 
 class KernelOps(TorchDispatchMode):

@@ -189,8 +189,14 @@ class CrossQCritic(StackedQ):
 
     def commit_statistics(self, keep: torch.Tensor | None = None) -> None:
         """Fold the last train-mode batch into every layer's running statistics (see :meth:`BatchRenorm.commit`)."""
-        for norm in self.norms:
-            norm.commit(keep)
+        commit_statistics(self, keep)
+
+
+def commit_statistics(module: nn.Module, keep: torch.Tensor | None = None) -> None:
+    """:meth:`BatchRenorm.commit` for every Batch Renormalization layer of ``module``."""
+    for m in module.modules():
+        if isinstance(m, BatchRenorm):
+            m.commit(keep)
 
 
 def running_statistics(module: nn.Module) -> list[torch.Tensor]:
