@@ -75,9 +75,9 @@ from spreeze_like.procs.sampler_rows import SamplerQuotas, preflight_ray
 from spreeze_like.procs.segments import OwnedSegments, RunSegments, vector_sizes
 from spreeze_like.procs.shutdown import force_stop, shutdown
 from spreeze_like.procs.status import eval_history, trim_eval_history, write_status
+from spreeze_like.remote.info_file import read_remote_info
 from spreeze_like.remote.sizing import remote_batch_rows
 from spreeze_like.results import TrainResult
-from spreeze_like.roles.monitor import read_remote_info
 from spreeze_like.rundir import RunContext
 from spreeze_like.seeding import derive_seed
 from spreeze_like.write_guard import WriteGuard

@@ -30,7 +30,7 @@ from spreeze_like.ipc.stats_block import RoleStats, StatsBlock
 from spreeze_like.procs import pacing
 from spreeze_like.procs.control import quota_slot
 from spreeze_like.remote.address import parse_ray_address, resolve_ray_address, unreachable_reason
-from spreeze_like.roles.monitor import REMOTE_INFO_FILE
+from spreeze_like.remote.info_file import REMOTE_INFO_FILE
 
 RAY_CONNECT_S = 5.0  # --ray's preflight: the cluster's GCS port must accept a TCP connection within this
 RAY_MISSING = 'error: --ray needs Ray: pip install "spreeze_like[ray]"'

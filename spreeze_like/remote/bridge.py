@@ -41,14 +41,12 @@ One :meth:`Bridge.poll` does, for every remote sampler:
   cannot be made on that node, an observation of the wrong shape) ends the bridge with that line,
   as it would end a local sampler: the run stops with exit status 2.
 
-It also writes ``<run_dir>/remote_samplers.json`` (atomically, on every change and at most once a
-second otherwise). It creates nothing shared: rings, rows and the board belong to the supervisor.
+It also writes ``<run_dir>/remote_samplers.json`` (:mod:`~spreeze_like.remote.info_file`: atomically, on
+every change and at most once a second otherwise). It creates nothing shared: rings, rows and the board belong to the supervisor.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -61,6 +59,7 @@ from spreeze_like.errors import SpreezeError
 from spreeze_like.procs.children import RESTART_WINDOW_S, STABLE_S
 from spreeze_like.procs.control import CONTROL, DONE, RUN, RUNNING, STARTING, WAITING, set_state
 from spreeze_like.procs.pacing import backoff_s, claimed, resume_gap
+from spreeze_like.remote.info_file import RemoteInfoFile
 from spreeze_like.remote.sizing import batch_rows, round_to_envs
 from spreeze_like.remote.slots import Call, Cluster, RemoteSlot
 from spreeze_like.roles.ports import observe
@@ -69,9 +68,6 @@ from spreeze_like.roles.sampler import random_steps_per_sampler
 MAX_CALLS = 2  # collect calls in flight per actor: one stepping, one queued behind it (hides the call cost)
 WEIGHT_CHECK_S = 0.05
 PLACEMENT_CHECK_S = 1.0  # how often an unplaced actor's state is asked of the cluster
-INFO_EVERY_S = 1.0
-RATE_WINDOW_S = 2.0  # steps_per_s in remote_samplers.json: env steps over at least this many seconds
-INFO_FILE = "remote_samplers.json"
 BRIDGE_ROLE = "ray-bridge"
 
 class Bridge:
@@ -114,8 +110,7 @@ class Bridge:
         self.weights_ref: Any = None
         self.puts = 0
         self._weights_checked = -float("inf")
-        self.info_path = Path(run_dir) / INFO_FILE if run_dir is not None else None
-        self._info_written: tuple[float, str] | None = None
+        self.info_file = RemoteInfoFile(run_dir)
         self._future_slot: dict[Any, RemoteSlot] = {}
 
     # --- start and end ---------------------------------------------------------------------------------------
@@ -388,34 +383,14 @@ class Bridge:
         phase = int(self.control.get("phase"))
         samplers = {}
         for slot in self.slots:
-            steps = float(slot.row.get("env_steps"))
-            if slot._rate_mark is None:
-                slot._rate_mark = (now, steps)
-            elif now - slot._rate_mark[0] >= RATE_WINDOW_S:
-                slot.steps_per_s = (steps - slot._rate_mark[1]) / (now - slot._rate_mark[0])
-                slot._rate_mark = (now, steps)
+            rate = self.info_file.steps_per_s(slot.role, float(slot.row.get("env_steps")), now)
             samplers[slot.role] = {"node_ip": slot.node_ip, "node_id": slot.node_id, "pid": slot.pid,
                                    "state": slot.state(phase, self._quota(slot)), "restarts": slot.restarts,
-                                   "steps_per_s": round(slot.steps_per_s, 1), "policy_lag": slot.lag}
+                                   "steps_per_s": round(rate, 1), "policy_lag": slot.lag}
         return {"ray_address": self.cluster.address, "samplers": samplers}
 
     def _write_info(self, now: float, force: bool = False) -> None:
-        if self.info_path is None:
-            return
-        info = self.info(now)
-        changed = json.dumps({k: {f: v for f, v in s.items() if f != "steps_per_s" and f != "policy_lag"}
-                              for k, s in info["samplers"].items()}, sort_keys=True)
-        last = self._info_written
-        if not force and last is not None and last[1] == changed and now - last[0] < INFO_EVERY_S:
-            return
-        tmp = self.info_path.with_name(f".{INFO_FILE}.{os.getpid()}.tmp")
-        try:
-            tmp.write_text(json.dumps(info, indent=2) + "\n")
-            os.replace(tmp, self.info_path)
-        except OSError:  # a full disk or a removed run folder: the supervisor reports those; try again later
-            tmp.unlink(missing_ok=True)
-        self._info_written = (now, changed)
-
+        self.info_file.write(self.info(now), now, force)
 
 def _describe(exc: BaseException, limit: int = 160) -> str:
     """``Type: first line of the message``, cut at ``limit`` characters (Ray's messages run long)."""

@@ -80,8 +80,6 @@ class RemoteSlot:
         self.node_ip, self.node_id, self.pid = "", "", None
         self.rate: float | None = None  # env steps per second of the actor's stepping (EMA)
         self.lag = 0.0
-        self.steps_per_s = 0.0
-        self._rate_mark: tuple[float, float] | None = None
 
     def forget_calls(self) -> None:
         self.calls.clear()

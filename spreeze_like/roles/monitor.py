@@ -22,7 +22,7 @@ once per session, so TensorBoard's "Custom Scalars" tab opens with the main char
 With remote samplers (``remote_samplers`` > 0 in the config) it adds, per remote row,
 ``remote/sampler-<i>/steps_per_s``, ``remote/sampler-<i>/policy_lag`` and
 ``remote/sampler-<i>/restarts`` (from the rows the Ray bridge writes), the node of each as text
-when it changes (read from ``remote_samplers.json``, :func:`read_remote_info`), and the "Remote
+when it changes (read from ``remote_samplers.json``, :func:`~spreeze_like.remote.info_file.read_remote_info`), and the "Remote
 samplers" chart group.
 
 A write that fails (a full disk) never raises out of the monitor: the event writer and the curve
@@ -41,6 +41,7 @@ import psutil
 
 from spreeze_like.curves import CurveWriter
 from spreeze_like.procs.pacing import learn_after
+from spreeze_like.remote.info_file import read_remote_info
 
 _GiB = float(2**30)
 
@@ -92,25 +93,10 @@ REMOTE_LAYOUT: dict[str, dict[str, list[str]]] = {
         "restarts per remote sampler": [r"^remote/sampler-\d+/restarts$"],
     },
 }
-REMOTE_INFO_FILE = "remote_samplers.json"  # written by the ray-bridge (node, pid, state per remote sampler)
 
 
 def scalars_layout(parallel: bool, remote: bool = False) -> dict[str, dict[str, list[str]]]:
     return {**SCALARS_LAYOUT, **(PARALLEL_LAYOUT if parallel else {}), **(REMOTE_LAYOUT if remote else {})}
-
-
-def read_remote_info(run_dir: str | Path) -> dict[str, Any] | None:
-    """``<run_dir>/remote_samplers.json`` as written by the ray-bridge, or None.
-
-    Missing (no remote samplers, or the bridge has not written it yet), unreadable or not a JSON
-    object: None, never an error (the bridge replaces it atomically, so a torn read should not
-    happen; the file is for people and tools, and the next read tries again).
-    """
-    try:
-        data = json.loads((Path(run_dir) / REMOTE_INFO_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def curves_meta(config: Mapping[str, Any]) -> dict[str, Any]:

@@ -30,7 +30,8 @@ from spreeze_like.procs.hangs import HangWatch
 from spreeze_like.procs.sampler_proc import _loop
 from spreeze_like.procs.segments import RunSegments
 from spreeze_like.procs.status import write_status
-from spreeze_like.roles.monitor import REMOTE_LAYOUT, Monitor, read_remote_info, scalars_layout
+from spreeze_like.remote.info_file import read_remote_info
+from spreeze_like.roles.monitor import REMOTE_LAYOUT, Monitor, scalars_layout
 from spreeze_like.roles.ports import LocalStatsBlock
 
 from .helpers import scalars, text_tags
