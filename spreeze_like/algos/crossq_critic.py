@@ -149,7 +149,6 @@ class CrossQCritic(StackedQ):
         self.layers = nn.ModuleList(
             EnsembleLinear([q[k] for q in per_q], fp32=k == len(hidden), channels_first=True) for k in range(len(widths))
         )
-        self.n_q = n_q
 
     @property
     def warmup(self) -> int:

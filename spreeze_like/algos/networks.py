@@ -196,6 +196,12 @@ class StackedQ(nn.Module):
     """
 
     batched_on_cpu = False
+    layers: nn.ModuleList  # of EnsembleLinear, each holding the weights of every network
+
+    @property
+    def n_q(self) -> int:
+        """How many Q networks: the stack's depth (no second record that could disagree with it)."""
+        return len(self.layers[0].weight)
 
     def batched(self, device: torch.device) -> bool:
         return device.type != "cpu" or self.batched_on_cpu
@@ -226,7 +232,7 @@ class Critic(StackedQ):
         each (``base.weighted_mse``, ``base.q_report``), and on the GPU's path it is the head's
         output itself, without a copy."""
         h = torch.cat([obs, action], dim=-1)
-        n = len(self.layers[0].weight) if members is None else members
+        n = self.n_q if members is None else members
         if n == 1 or not self.batched(h.device):  # a batch of one network saves nothing (DDPG, TD3's Q1)
             return self._one_by_one(h, n)
         for layer in self.layers[:-1]:
