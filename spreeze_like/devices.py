@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import importlib.util
 import re
+import sys
 from pathlib import Path
 
 from spreeze_like.errors import ConfigError
@@ -41,21 +42,31 @@ def _torch_version_file() -> str | None:
 
 
 def cuda_device_count() -> int:
-    """Number of usable CUDA devices (0 when torch has no CUDA).
+    """Number of usable CUDA devices (0 when torch has no CUDA), asked without CUDA in this process.
 
-    A CPU-only torch build is recognised from its ``version.py`` without importing torch: the
-    supervisor resolves the devices before it spawns the roles, and importing torch there cost
-    ~0.8 s of every parallel run's start on a CPU machine (docs/startup.md).
+    The supervisor resolves the devices before it spawns the roles, and it never initialises CUDA
+    (``torch.cuda.is_available()`` initialises the driver) nor imports torch (~0.8 s of every
+    parallel run's start on a CPU machine, docs/startup.md). A CPU-only torch build is recognised
+    from its ``version.py``; a CUDA or ROCm build is asked in a subprocess
+    (:func:`spreeze_like.autotune.hardware.count_gpus`), once per process. A subprocess that fails
+    or hangs reads as "no GPU", said in one warning line; an explicit ``--*-device cuda`` then
+    stops with the usual error.
     """
+    global _counted
     text = _torch_version_file()
     if text is not None and not build_has_gpu_backend(text):
         return 0
-    import torch
+    if _counted is None:
+        from spreeze_like.autotune.hardware import count_gpus
 
-    try:
-        return torch.cuda.device_count() if torch.cuda.is_available() else 0
-    except RuntimeError:  # a broken driver reads as "no GPU", the explicit-device check then explains
-        return 0
+        count, note = count_gpus()
+        if count == 0 and note.startswith("GPU probe"):  # failed, not merely no GPU
+            print(f"warning: counting GPUs failed ({note}); the learners use the CPU", file=sys.stderr, flush=True)
+        _counted = count
+    return _counted
+
+
+_counted: int | None = None  # cuda_device_count's answer in this process (one subprocess per process)
 
 
 def bind_learner_device(device: str) -> None:
@@ -111,7 +122,9 @@ def _check(name: str, device: str, count: int) -> str:
 
 def resolve_devices(actor_device: str, critic_device: str, count: int | None = None) -> tuple[str, str]:
     """Resolve ``auto`` and check explicit devices; returns (actor_device, critic_device)."""
-    count = cuda_device_count() if count is None else count
+    if count is None:  # not asked when neither learner can be on a GPU (the ask may cost a subprocess)
+        needs = any(d == "auto" or d.startswith("cuda") for d in (actor_device, critic_device))
+        count = cuda_device_count() if needs else 0
     if count >= 2:
         auto_actor, auto_critic = "cuda:0", "cuda:1"
     elif count == 1:

@@ -36,15 +36,16 @@ GPU_PROBE_TIMEOUT_S = 90.0  # a first CUDA init on a big box can take tens of se
 
 _GPU_SCRIPT = r"""
 import json, sys
-out = {"gpus": [], "note": ""}
+out = {"gpus": [], "count": 0, "note": ""}
 try:
     import torch
-    if torch.version.cuda is None:
+    if torch.version.cuda is None and torch.version.hip is None:
         out["note"] = f"torch {torch.__version__} is a CPU-only build (no CUDA)"
     elif not torch.cuda.is_available():
         out["note"] = "torch has CUDA but no usable GPU (no device, driver missing, or CUDA_VISIBLE_DEVICES empty)"
     else:
-        for i in range(torch.cuda.device_count()):
+        out["count"] = torch.cuda.device_count()
+        for i in range(out["count"] if "count-only" not in sys.argv else 0):
             p = torch.cuda.get_device_properties(i)
             free, total = torch.cuda.mem_get_info(i)
             out["gpus"].append({"index": i, "name": p.name, "total_memory": int(total),
@@ -55,18 +56,34 @@ print("SPZ-GPU " + json.dumps(out))
 """
 
 
-def probe_gpus(timeout_s: float = GPU_PROBE_TIMEOUT_S) -> tuple[list[GpuInfo], str]:
-    """GPUs seen by torch in a subprocess: ``(gpus, note)``; ``note`` says why the list is empty."""
+def _run_gpu_script(timeout_s: float, *args: str) -> tuple[dict | None, str]:
+    """The GPU subprocess's report, or ``(None, why there is none)``."""
     try:
-        proc = subprocess.run([sys.executable, "-c", _GPU_SCRIPT], check=False, capture_output=True, text=True, timeout=timeout_s)
+        proc = subprocess.run([sys.executable, "-c", _GPU_SCRIPT, *args], check=False, capture_output=True, text=True,
+                              timeout=timeout_s)
     except subprocess.TimeoutExpired:
-        return [], f"GPU probe subprocess timed out after {timeout_s:.0f} s (driver hang?); planning for no GPU"
+        return None, f"GPU probe subprocess timed out after {timeout_s:.0f} s (driver hang?)"
     line = next((ln for ln in proc.stdout.splitlines() if ln.startswith("SPZ-GPU ")), None)
     if line is None:
         tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-        return [], f"GPU probe subprocess exited {proc.returncode} ({tail}); planning for no GPU"
+        return None, f"GPU probe subprocess exited {proc.returncode} ({tail})"
     data = json.loads(line[len("SPZ-GPU "):])
-    return [GpuInfo(**g) for g in data["gpus"]], data["note"]
+    return data, data["note"]
+
+
+def probe_gpus(timeout_s: float = GPU_PROBE_TIMEOUT_S) -> tuple[list[GpuInfo], str]:
+    """GPUs seen by torch in a subprocess: ``(gpus, note)``; ``note`` says why the list is empty."""
+    data, note = _run_gpu_script(timeout_s)
+    if data is None:
+        return [], f"{note}; planning for no GPU"
+    return [GpuInfo(**g) for g in data["gpus"]], note
+
+
+def count_gpus(timeout_s: float = GPU_PROBE_TIMEOUT_S) -> tuple[int, str]:
+    """How many GPUs torch sees, asked of a subprocess as :func:`probe_gpus` does, without their properties
+    (those make a CUDA context per GPU in the subprocess): ``(count, note)``, and the note says why 0."""
+    data, note = _run_gpu_script(timeout_s, "count-only")
+    return (0, note) if data is None else (int(data["count"]), note)
 
 
 def cpu_model() -> str:

@@ -19,6 +19,7 @@ import pytest
 
 from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.devices import build_has_gpu_backend
+from spreeze_like.errors import ConfigError
 from spreeze_like.procs.segments import vector_sizes
 from tests.parallel.helpers import TINY_ARGS, assert_nothing_left, only_run_dir, run_cli
 
@@ -64,14 +65,36 @@ def test_a_cpu_only_torch_build_is_told_from_its_version_file(text, has_gpu):
     assert build_has_gpu_backend(text) is has_gpu
 
 
-def test_resolving_devices_on_a_cpu_build_imports_no_torch():
-    build = subprocess.run([sys.executable, "-c", "import torch; print(torch.version.cuda is None and torch.version.hip is None)"],
-                           capture_output=True, text=True, check=True).stdout.strip()
-    if build != "True":
-        pytest.skip("torch here is built with CUDA or ROCm: cuda_device_count asks torch, as it must")
-    code = "import sys; from spreeze_like.devices import cuda_device_count; print(cuda_device_count(), 'torch' in sys.modules)"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
-    assert out == ["0", "False"]
+def test_resolving_devices_imports_no_torch_on_any_build():
+    """A CPU build is told from its version file; a CUDA or ROCm build (a GPU user's, the device
+    machine's) is asked in a subprocess: the caller, as the supervisor, neither imports torch nor
+    initialises CUDA. The count is the one torch gives in a process of its own."""
+    code = ("import sys; from spreeze_like.devices import resolve_devices, cuda_device_count; "
+            "print(cuda_device_count(), 'torch' in sys.modules, *resolve_devices('auto', 'auto'))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    count, torch_loaded, actor, critic = out.stdout.split()
+    ask_torch = "import torch; print(torch.cuda.device_count() if torch.cuda.is_available() else 0)"
+    asked = subprocess.run([sys.executable, "-c", ask_torch], capture_output=True, text=True, check=True,
+                           timeout=120).stdout.strip()
+    assert (count, torch_loaded) == (asked, "False"), out.stderr
+    assert (actor, critic) == {"0": ("cpu", "cpu"), "1": ("cuda:0", "cuda:0")}.get(count, ("cuda:0", "cuda:1"))
+
+
+def test_a_failed_gpu_count_reads_as_no_gpu_and_says_so(monkeypatch, capsys):
+    from spreeze_like import devices
+    from spreeze_like.autotune import hardware
+
+    def hang(*args, **kwargs):
+        raise subprocess.TimeoutExpired(args[0], kwargs.get("timeout"))
+
+    monkeypatch.setattr(devices, "_torch_version_file", lambda: "cuda: Optional[str] = '13.0'\nhip = None\n")
+    monkeypatch.setattr(devices, "_counted", None)
+    monkeypatch.setattr(hardware.subprocess, "run", hang)
+    assert devices.cuda_device_count() == 0
+    assert "warning: counting GPUs failed (GPU probe subprocess timed out" in capsys.readouterr().err
+    assert devices.cuda_device_count() == 0 and capsys.readouterr().err == ""  # asked once per process
+    with pytest.raises(ConfigError, match="CUDA is not available on this machine"):
+        devices.resolve_devices("cuda:0", "auto")
 
 
 @pytest.mark.multiproc

@@ -182,6 +182,16 @@ def test_auto_devices_use_the_mockable_count(monkeypatch):
     assert (cfg.actor_device, cfg.critic_device) == ("cuda:0", "cuda:1")
 
 
+def test_cpu_learners_do_not_ask_for_the_gpu_count(monkeypatch):
+    def asked():
+        raise AssertionError("counted GPUs for two CPU learners")
+
+    monkeypatch.setattr("spreeze_like.devices.cuda_device_count", asked)
+    assert resolve_devices("cpu", "cpu") == ("cpu", "cpu")
+    with pytest.raises(AssertionError, match="counted"):
+        resolve_devices("cpu", "auto")
+
+
 def test_explicit_devices():
     assert resolve_devices("cpu", "cuda", count=1) == ("cpu", "cuda:0")
     with pytest.raises(ConfigError, match="CUDA is not available"):
