@@ -19,6 +19,7 @@ The GPU count comes from :func:`cuda_device_count`, one function, so tests can m
 from __future__ import annotations
 
 import importlib.util
+import os
 import re
 import sys
 from pathlib import Path
@@ -52,21 +53,24 @@ def cuda_device_count() -> int:
     or hangs reads as "no GPU", said in one warning line; an explicit ``--*-device cuda`` then
     stops with the usual error.
     """
-    global _counted
     text = _torch_version_file()
     if text is not None and not build_has_gpu_backend(text):
         return 0
-    if _counted is None:
+    visible = tuple(os.environ.get(name) for name in _VISIBILITY)
+    if visible not in _counted:
         from spreeze_like.autotune.hardware import count_gpus
 
         count, note = count_gpus()
         if count == 0 and note.startswith("GPU probe"):  # failed, not merely no GPU
             print(f"warning: counting GPUs failed ({note}); the learners use the CPU", file=sys.stderr, flush=True)
-        _counted = count
-    return _counted
+        _counted[visible] = count
+    return _counted[visible]
 
 
-_counted: int | None = None  # cuda_device_count's answer in this process (one subprocess per process)
+# cuda_device_count's answers in this process, by the variables that choose the GPUs a process sees (the
+# subprocess inherits them; the tests hide GPUs from the CPU tests with CUDA_VISIBLE_DEVICES)
+_VISIBILITY = ("CUDA_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES")
+_counted: dict[tuple[str | None, ...], int] = {}
 
 
 def bind_learner_device(device: str) -> None:

@@ -1,5 +1,11 @@
 """Shared test fixtures.
 
+The autouse fixture ``cpu_unless_marked_gpu`` hides the GPUs (``CUDA_VISIBLE_DEVICES=""``) from every
+test not marked ``gpu`` and from the processes it starts: those are the CPU tests, and on a desktop
+with GPUs they test the same code path as in CI (``auto`` devices resolve to the CPU), while the
+tests marked ``gpu`` test the GPU's path there. (A process that has initialised CUDA already keeps
+its GPUs; the CPU tests build their learners on devices they name, or in processes they start.)
+
 The autouse fixture ``no_leftovers`` makes every test fail that leaves behind a shared-memory
 segment or semaphore of ours (``/dev/shm/spz.*``, ``/dev/shm/sem.spz.*``) or a child process.
 Segment names carry the creator pid (``spz.<run>.<pid>.<kind>.<idx>``), so a segment counts as
@@ -74,6 +80,12 @@ def _alive(p: psutil.Process) -> bool:
         return True
     except (psutil.NoSuchProcess, ChildProcessError):
         return False
+
+
+@pytest.fixture(autouse=True)
+def cpu_unless_marked_gpu(request, monkeypatch):
+    if request.node.get_closest_marker("gpu") is None:
+        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
 
 
 @pytest.fixture(autouse=True)

@@ -88,11 +88,13 @@ def test_a_failed_gpu_count_reads_as_no_gpu_and_says_so(monkeypatch, capsys):
         raise subprocess.TimeoutExpired(args[0], kwargs.get("timeout"))
 
     monkeypatch.setattr(devices, "_torch_version_file", lambda: "cuda: Optional[str] = '13.0'\nhip = None\n")
-    monkeypatch.setattr(devices, "_counted", None)
+    monkeypatch.setattr(devices, "_counted", {})
     monkeypatch.setattr(hardware.subprocess, "run", hang)
     assert devices.cuda_device_count() == 0
     assert "warning: counting GPUs failed (GPU probe subprocess timed out" in capsys.readouterr().err
-    assert devices.cuda_device_count() == 0 and capsys.readouterr().err == ""  # asked once per process
+    assert devices.cuda_device_count() == 0 and capsys.readouterr().err == ""  # asked once per process...
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "7")
+    assert devices.cuda_device_count() == 0 and "warning" in capsys.readouterr().err  # ...and set of visible GPUs
     with pytest.raises(ConfigError, match="CUDA is not available on this machine"):
         devices.resolve_devices("cuda:0", "auto")
 
