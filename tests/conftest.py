@@ -4,7 +4,7 @@ The autouse fixture ``cpu_unless_marked_gpu`` hides the GPUs (``CUDA_VISIBLE_DEV
 test not marked ``gpu`` and from the processes it starts: those are the CPU tests, and on a desktop
 with GPUs they test the same code path as in CI (``auto`` devices resolve to the CPU), while the
 tests marked ``gpu`` test the GPU's path there. (A process that has initialised CUDA already keeps
-its GPUs; the CPU tests build their learners on devices they name, or in processes they start.)
+its GPUs: ``pytest_configure`` initialises the driver in every test process before any test runs.)
 
 The autouse fixture ``no_leftovers`` makes every test fail that leaves behind a shared-memory
 segment or semaphore of ours (``/dev/shm/spz.*``, ``/dev/shm/sem.spz.*``) or a child process.
@@ -80,6 +80,15 @@ def _alive(p: psutil.Process) -> bool:
         return True
     except (psutil.NoSuchProcess, ChildProcessError):
         return False
+
+
+def pytest_configure(config):
+    # CUDA reads CUDA_VISIBLE_DEVICES once, when this process first initialises the driver: that happens
+    # here, before any test, so a CPU test that hides the GPUs cannot hide them from the GPU tests after it
+    # (torch's is_available() initialises the driver; a CPU-only build answers without doing anything)
+    import torch
+
+    torch.cuda.is_available()
 
 
 @pytest.fixture(autouse=True)
