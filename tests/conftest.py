@@ -1,6 +1,6 @@
 """Shared test fixtures.
 
-The autouse fixture ``cpu_unless_marked_gpu`` hides the GPUs (``CUDA_VISIBLE_DEVICES=""``) from every
+The hook ``pytest_runtest_protocol`` hides the GPUs (``CUDA_VISIBLE_DEVICES=""``) from every
 test not marked ``gpu`` and from the processes it starts: those are the CPU tests, and on a desktop
 with GPUs they test the same code path as in CI (``auto`` devices resolve to the CPU), while the
 tests marked ``gpu`` test the GPU's path there. (A process that has initialised CUDA already keeps
@@ -91,10 +91,21 @@ def pytest_configure(config):
     torch.cuda.is_available()
 
 
-@pytest.fixture(autouse=True)
-def cpu_unless_marked_gpu(request, monkeypatch):
-    if request.node.get_closest_marker("gpu") is None:
-        monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """Hide the GPUs from a test not marked ``gpu``, from its setup to its teardown: the fixtures of a wider
+    scope that its setup creates see what it sees (a probe cache written by a module fixture is keyed by the
+    visible GPUs, so a module fixture and its tests must agree)."""
+    hide = item.get_closest_marker("gpu") is None
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if hide:
+        os.environ["CUDA_VISIBLE_DEVICES"] = ""
+    yield
+    if hide:
+        if before is None:
+            os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        else:
+            os.environ["CUDA_VISIBLE_DEVICES"] = before
 
 
 @pytest.fixture(autouse=True)

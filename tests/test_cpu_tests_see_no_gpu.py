@@ -1,4 +1,4 @@
-"""The CPU tests see no GPU, on any machine (tests/conftest.py, ``cpu_unless_marked_gpu``); the GPU tests see theirs."""
+"""The CPU tests see no GPU, on any machine (tests/conftest.py, ``pytest_runtest_protocol``); the GPU tests see theirs."""
 
 from __future__ import annotations
 

@@ -28,8 +28,13 @@ pytestmark = pytest.mark.multiproc
 TESTS_DIR = str(Path(__file__).resolve().parents[1])
 FAKE_BRIDGE = "parallel.fake_ray_bridge"
 # The CLI, with the supervisor's bridge module replaced by the stand-in (children import it from tests/).
+# Ray need not be installed: the supervisor only asks importlib whether it is there (it never imports it;
+# the bridge does, and the stand-in does not), so the CLI is told it is, whatever this venv has.
 CLI_WITH_FAKE_BRIDGE = (
-    "import sys\n"
+    "import importlib.machinery, importlib.util, sys\n"
+    "found = importlib.util.find_spec\n"
+    "importlib.util.find_spec = lambda name, *a: (importlib.machinery.ModuleSpec(name, None) if name == 'ray'\n"
+    "                                             else found(name, *a))\n"
     "import spreeze_like.supervisor as supervisor\n"
     f"supervisor.BRIDGE_MODULE = {FAKE_BRIDGE!r}\n"
     "from spreeze_like.run import main\n"
