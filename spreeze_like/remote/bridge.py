@@ -41,8 +41,9 @@ One :meth:`Bridge.poll` does, for every remote sampler:
   cannot be made on that node, an observation of the wrong shape) ends the bridge with that line,
   as it would end a local sampler: the run stops with exit status 2.
 
-It also writes ``<run_dir>/remote_samplers.json`` (:mod:`~spreeze_like.remote.info_file`: atomically, on
-every change and at most once a second otherwise). It creates nothing shared: rings, rows and the board belong to the supervisor.
+It also writes ``<run_dir>/remote_samplers.json`` (:mod:`~spreeze_like.remote.info_file`: atomically,
+on every change and at most once a second otherwise). It creates nothing shared: rings, rows and the
+board belong to the supervisor.
 """
 
 from __future__ import annotations
@@ -391,6 +392,7 @@ class Bridge:
 
     def _write_info(self, now: float, force: bool = False) -> None:
         self.info_file.write(self.info(now), now, force)
+
 
 def _describe(exc: BaseException, limit: int = 160) -> str:
     """``Type: first line of the message``, cut at ``limit`` characters (Ray's messages run long)."""

@@ -22,8 +22,8 @@ once per session, so TensorBoard's "Custom Scalars" tab opens with the main char
 With remote samplers (``remote_samplers`` > 0 in the config) it adds, per remote row,
 ``remote/sampler-<i>/steps_per_s``, ``remote/sampler-<i>/policy_lag`` and
 ``remote/sampler-<i>/restarts`` (from the rows the Ray bridge writes), the node of each as text
-when it changes (read from ``remote_samplers.json``, :func:`~spreeze_like.remote.info_file.read_remote_info`), and the "Remote
-samplers" chart group.
+when it changes (read from ``remote_samplers.json``,
+:func:`~spreeze_like.remote.info_file.read_remote_info`), and the "Remote samplers" chart group.
 
 A write that fails (a full disk) never raises out of the monitor: the event writer and the curve
 writer each say so in one line through ``print_fn`` and retry once a minute (review finding 7).
