@@ -181,8 +181,7 @@ class Bridge:
             self._flush_pending(slot)
             self._set_row_state(slot, phase)
         self.me.set("cpu_s", time.process_time())
-        all_done = all(s.done(phase, self._quota(s)) for s in self.slots)
-        set_state(self.me, DONE if all_done else RUNNING)
+        set_state(self.me, DONE if all(s.done(phase, self._quota(s)) for s in self.slots) else RUNNING)
         self._write_info(now)
 
     @property
