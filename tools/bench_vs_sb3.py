@@ -46,7 +46,10 @@ return first reaches ``--threshold-train``, wall time (and env step) of the firs
 ``--threshold-eval``, the returns at a fixed wall time (``--fixed-wall``, default the shortest run),
 env steps/s and updates/s, the device of every run, per peer the ratios ours/peer per seed, their
 median and the ratio of the medians, and a closing summary of ours / peer wall time to each threshold
-per seed and the median, peer by peer. The machine load is printed before and after. ``--json FILE``
+per seed and the median, peer by peer. ``--peer-stop-ratio PEER=R`` stops a peer's run of a seed at
+T / R s (T: our time to the eval threshold on that seed): a peer still short of a threshold when its
+budget stops it gives ours / budget, an upper bound of the ratio, printed ``<=x``. The machine load is
+printed before and after. ``--json FILE``
 writes ``rows``, ``ratios``, ``summary`` and ``devices``; with ``--json`` or ``--curves-dir`` every run's
 curve is written as a ``curves.csv`` and drawn into one PNG per env (``tools/bench_curves.py``).
 
@@ -106,6 +109,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--stop-when-reached", action="store_true", help="stop each run once the training and "
                         "the evaluation threshold are both reached (ours: checked every 0.5 s; peers: at each "
                         "evaluation)")
+    parser.add_argument("--peer-stop-ratio", action="append", default=[], metavar="PEER=R",
+                        help="stop PEER's run of a seed at T / R s, T our time to the eval threshold on that seed "
+                        "(the slowest of our modes; no cap where ours did not reach it): a peer still short of it "
+                        "then proves ours / peer <= R, reported as '<=', at a fraction of the device time "
+                        "(e.g. sb3=0.25 sbx=0.5); repeatable")
     parser.add_argument("--fixed-wall", type=float, default=0.0, help="report returns at this wall time "
                         "(0: the shortest run's wall time)")
     parser.add_argument("--serial", action="store_true", help="measure our serial mode")
@@ -157,6 +165,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise ConfigError(f"--peer-tau {args.peer_tau}: must be in (0, 1]")
     if args.crossq_critic_units < 0:
         raise ConfigError(f"--crossq-critic-units {args.crossq_critic_units}: must be >= 0 (0: SBX's own)")
+    args.peer_stop_ratio = dict(parse_stop_ratio(text, args.peers) for text in args.peer_stop_ratio)
     if args.skip_ours and not args.peers:
         raise ConfigError("nothing to run: --skip-ours and no peer left")
     if args.curves_dir is None and args.json:
@@ -166,6 +175,28 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.curves_dir and not args.no_png and importlib.util.find_spec("matplotlib") is None:
         raise ConfigError('the curves PNG needs matplotlib: pip install -e ".[plot]", or pass --no-png')
     return args
+
+
+def parse_stop_ratio(text: str, peers: list[str]) -> tuple[str, float]:
+    name, _, value = text.partition("=")
+    try:
+        ratio = float(value)
+    except ValueError:
+        ratio = 0.0
+    if name not in peers or not 0.0 < ratio <= 1.0:
+        raise ConfigError(f"--peer-stop-ratio {text}: give PEER=R with PEER one of the peers run "
+                          f"({', '.join(peers) or 'none'}) and R in (0, 1]")
+    return name, ratio
+
+
+def peer_args(args: argparse.Namespace, peer: str, ours: list[RunRecord]) -> argparse.Namespace:
+    """``args`` with ``peer``'s wall budget for this seed (``--peer-stop-ratio``; unchanged without one)."""
+    ratio = args.peer_stop_ratio.get(peer)
+    hits = [r.first_eval(args.threshold_eval) for r in ours]
+    if ratio is None or not hits or None in hits:
+        return args
+    cap = max(t for t, _ in hits) / ratio
+    return argparse.Namespace(**{**vars(args), "wall_budget": min(args.wall_budget, cap) if args.wall_budget else cap})
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -199,11 +230,12 @@ def main(argv: list[str] | None = None) -> dict:
                 Path(args.json).write_text(json.dumps({"partial": [dataclasses.asdict(r) for r in records]}))
 
         for seed in args.seeds:
-            if not args.skip_ours:
-                for serial in modes:
-                    done(run_ours(args, seed, serial, scratch), seed)
+            ours: list[RunRecord] = []
+            for serial in [] if args.skip_ours else modes:
+                ours.append(run_ours(args, seed, serial, scratch))
+                done(ours[-1], seed)
             for peer in args.peers:
-                done(run_peer(args, peer, seed, scratch), seed)
+                done(run_peer(peer_args(args, peer, ours), peer, seed, scratch), seed)
         figures = report(records, args)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)

@@ -63,7 +63,7 @@ def run_ours(args: argparse.Namespace, seed: int, serial: bool, scratch: Path) -
     folder = scratch / f"{name}-{seed}"
     folder.mkdir(parents=True)
     config = ours_config(args, seed, serial)
-    record = RunRecord(name, seed, device=ours_device(config), algo=config.algo)
+    record = RunRecord(name, seed, device=ours_device(config), algo=config.algo, budget_s=args.wall_budget)
     os.environ[EPISODE_DIR_VAR] = str(folder)
     t0 = time.time()
     stop = threading.Event()

@@ -104,6 +104,7 @@ class RunRecord:
     note: str = ""
     device: str = ""  # where its networks ran, in words
     algo: str = "sac"  # the algorithm it trained (the curves' ``algo``)
+    budget_s: float = 0.0  # the wall budget it ran under (0: none); a run stopped there did not reach by then
 
     def moving(self, window: int) -> list[tuple[float, int, float]]:
         out, rets = [], []

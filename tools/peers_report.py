@@ -6,7 +6,10 @@ which the training return first reaches ``--threshold-train`` and an evaluation 
 the ratios ours / peer per seed, their median and the ratio of the medians (time: below 1 favours
 ours; rates: above 1 does). Last, a summary of the headline figure: per peer, ours / peer wall time
 to each threshold per seed and the median. A seed where either side did not reach a threshold has
-no ratio (``-``), and its median is then ``-`` too: a missing value is not "fast".
+no ratio (``-``), and its median is then ``-`` too: a missing value is not "fast". Where the peer's
+run stopped at its wall budget short of a threshold that ours reached, ours / budget is an upper
+bound of that ratio, printed ``<=x`` (``at_most_per_seed``; ``median_at_most`` when every seed has a
+ratio or a bound).
 
 Pure functions of the records: creates and removes nothing.
 """
@@ -48,6 +51,8 @@ def figures_of(r: RunRecord, args: argparse.Namespace, t_fixed: float) -> dict:
         "train_at": r.train_at(t_fixed, args.window), "eval_at": r.eval_at(t_fixed),
         "final_eval": r.evals[-1][2] if r.evals else math.nan, "episodes": len(r.train), "note": r.note,
         "evals": [(round(t, 1), s, round(m, 1)) for t, s, m in r.evals], "device": r.device, "algo": r.algo,
+        # short of a threshold at its budget: ours / this run's time to it is below ours / budget
+        "unreached_by": r.budget_s if r.note == "stopped at the wall budget" and r.budget_s > 0 else None,
     }
 
 
@@ -75,13 +80,29 @@ def print_rows(rows: dict[str, dict[int, dict]]) -> None:
 def peer_ratios(rows: dict[str, dict[int, dict]], ours: str, peer: str, key: str) -> dict:
     """Ours / peer for ``key``: per seed of ours (None where either side lacks it), their median, and the
     ratio of the two medians."""
-    per = []
+    per, at_most = [], []
     for seed, v in rows[ours].items():
-        theirs = rows[peer].get(seed, {}).get(key)
+        row = rows[peer].get(seed, {})
+        theirs = row.get(key)
         per.append(v[key] / theirs if v[key] is not None and theirs not in (None, 0) else None)
+        # a wall-time threshold the peer had not reached when its budget stopped it: an upper bound
+        bound = key.startswith("t_") and v[key] is not None and theirs is None and row.get("unreached_by")
+        at_most.append(v[key] / row["unreached_by"] if bound else None)
     ours_med, peer_med = (median([v[key] for v in rows[n].values()]) for n in (ours, peer))
+    # the median of values and upper bounds is an upper bound of the median (it is monotone in each value)
+    either = [p if p is not None else b for p, b in zip(per, at_most)]
     return {"per_seed": per, "median": median(per),
-            "of_medians": ours_med / peer_med if ours_med is not None and peer_med else None}
+            "of_medians": ours_med / peer_med if ours_med is not None and peer_med else None,
+            "at_most_per_seed": at_most, "median_at_most": median(either) if any(at_most) else None}
+
+
+def fmt_ratios(figures: dict) -> str:
+    """Per-seed ratios, an upper bound as ``<=x`` where the peer's budget stopped it short."""
+    bounds = figures.get("at_most_per_seed") or [None] * len(figures["per_seed"])
+    cells = [fmt(p, ".2f") if p is not None or b is None else f"<={b:.2f}" for p, b in zip(figures["per_seed"], bounds)]
+    at_most = figures.get("median_at_most")
+    med = fmt(figures["median"], ".2f") if at_most is None else f"<={at_most:.2f}"
+    return f"{' '.join(cells)} (median {med})"
 
 
 def report(records: list[RunRecord], args: argparse.Namespace) -> dict:
@@ -107,8 +128,8 @@ def report(records: list[RunRecord], args: argparse.Namespace) -> dict:
         for name in ours_runs:
             for key, label in RATIO_KEYS:
                 figures = ratios[peer][f"{name}/{key}"] = peer_ratios(rows, name, peer, key)
-                print(f"  {name:<15} {label:<24} per seed {', '.join(fmt(p, '.2f') for p in figures['per_seed'])};"
-                      f" median {fmt(figures['median'], '.2f')}; of the medians {fmt(figures['of_medians'], '.2f')}")
+                print(f"  {name:<15} {label:<24} per seed {fmt_ratios(figures)}; "
+                      f"of the medians {fmt(figures['of_medians'], '.2f')}")
     summary = summarise(rows, ours_runs, peers, ratios)
     return {"t_fixed": t_fixed, "rows": rows, "ratios": ratios, "devices": devices, "summary": summary}
 
@@ -128,8 +149,9 @@ def summarise(rows: dict[str, dict[int, dict]], ours_runs: list[str], peers: lis
             cells = []
             for key, label in (("t_train", "train"), ("t_eval", "eval")):
                 figures = ratios[peer][f"{name}/{key}"]
-                entry[key] = {"per_seed": figures["per_seed"], "median": figures["median"]}
-                cells.append(f"{label} {' '.join(fmt(p, '.2f') for p in figures['per_seed'])} "
-                             f"(median {fmt(figures['median'], '.2f')})")
+                bounded = any(figures["at_most_per_seed"])  # the bounds' keys only where there is one
+                entry[key] = {k: figures[k] for k in ("per_seed", "median", "at_most_per_seed", "median_at_most")
+                              if bounded or "at_most" not in k}
+                cells.append(f"{label} {fmt_ratios(figures)}")
             print(f"    vs {PEERS[peer].label:<11} {'; '.join(cells)}")
     return summary

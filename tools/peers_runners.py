@@ -198,7 +198,7 @@ def train_peer(args: argparse.Namespace, peer: Peer, seed: int, folder: Path) ->
     importlib.import_module(peer.module)  # imports before the clock, as for every peer
     if args.sb3_threads:
         torch.set_num_threads(args.sb3_threads)
-    record = RunRecord(peer.name, seed, algo=peer.algo)
+    record = RunRecord(peer.name, seed, algo=peer.algo, budget_s=args.wall_budget)
     excluded: list[tuple[float, float]] = []  # wall intervals spent in evaluations (not counted)
 
     def clock(t: float) -> float:

@@ -148,3 +148,37 @@ def test_a_users_ctrl_c_during_our_run_stops_the_benchmark(tmp_path, monkeypatch
                               stop_when_reached=False)
     with pytest.raises(KeyboardInterrupt):
         peers_ours.run_ours(args, 1, True, tmp_path)
+
+
+def test_a_peer_stopped_at_its_budget_short_of_the_threshold_gives_an_upper_bound(capsys) -> None:
+    capped = run("sb3", 2, None, None)
+    capped.note, capped.budget_s = "stopped at the wall budget", 80.0
+    uncapped = run("sbx", 2, None, None)  # no budget: not reached means no figure at all
+    records = [run("ours-parallel", 1, 10.0, 12.0), run("ours-parallel", 2, 30.0, 20.0),
+               run("sb3", 1, 40.0, 48.0), capped, run("sbx", 1, 20.0, 24.0), uncapped]
+    summary = report(records, ARGS)["summary"]["ours-parallel"]
+    assert summary["sb3"]["t_eval"] == {"per_seed": [0.25, None], "median": None,
+                                        "at_most_per_seed": [None, 0.25], "median_at_most": 0.25}
+    assert summary["sb3"]["t_train"]["at_most_per_seed"] == [None, 30.0 / 80.0]
+    assert summary["sbx"]["t_eval"] == {"per_seed": [0.5, None], "median": None}
+    assert "vs SB3 SAC     train 0.25 <=0.38 (median <=0.31); eval 0.25 <=0.25 (median <=0.25)" in capsys.readouterr().out
+
+
+def test_peer_stop_ratio_caps_each_peer_at_ours_time_over_its_ratio() -> None:
+    args = bench_vs_sb3.parse_args(["--peer-stop-ratio", "sb3=0.25", "--peer-stop-ratio", "sbx=0.5",
+                                    "--wall-budget", "240"])
+    assert args.peer_stop_ratio == {"sb3": 0.25, "sbx": 0.5}
+    ours = [run("ours-parallel", 1, 10.0, 30.0), run("ours-serial", 1, 10.0, 40.0)]
+    # the slowest of our modes sets the cap, so the bound holds for each of them
+    assert bench_vs_sb3.peer_args(args, "sb3", ours).wall_budget == 160.0
+    assert bench_vs_sb3.peer_args(args, "sbx", ours).wall_budget == 80.0
+    assert bench_vs_sb3.peer_args(args, "sbx-crossq", ours) is args  # no ratio: the budget as given
+    assert bench_vs_sb3.peer_args(args, "sb3", [run("ours-parallel", 1, 10.0, 70.0)]).wall_budget == 240.0
+    assert bench_vs_sb3.peer_args(args, "sb3", [run("ours-parallel", 1, 10.0, None)]) is args  # ours short of it
+    assert args.wall_budget == 240.0  # the caps are per peer run: the shared args are left alone
+
+
+@pytest.mark.parametrize("text", ["sb3", "sb3=0", "sb3=1.5", "sb3=x", "nope=0.5"])
+def test_a_bad_peer_stop_ratio_is_one_config_error(text: str) -> None:
+    with pytest.raises(ConfigError, match="--peer-stop-ratio"):
+        bench_vs_sb3.parse_args(["--skip-sbx-crossq", "--peer-stop-ratio", text])
