@@ -61,9 +61,9 @@ def cuda_device_count() -> int:
         from spreeze_like.autotune.hardware import count_gpus
 
         count, note = count_gpus()
-        if count == 0 and note.startswith("GPU probe"):  # failed, not merely no GPU
+        if count is None:  # the probe failed, not merely found no GPU
             print(f"warning: counting GPUs failed ({note}); the learners use the CPU", file=sys.stderr, flush=True)
-        _counted[visible] = count
+        _counted[visible] = count or 0
     return _counted[visible]
 
 

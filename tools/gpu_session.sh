@@ -29,7 +29,8 @@
 #           --json is rewritten after each run: a cut call keeps the runs that finished.
 #           Each run stops at evaluation 1500 or 240 s, and a peer also at T / R s (--peer-stop-ratio, T our time
 #           to 1500 on that seed; R 0.25 for SB3 and 0.5 for SBX, the issue's targets): a peer still short of
-#           1500 there proves ours / peer <= R, printed '<=R', so a seed costs at most 240 + 5 T s, not 720
+#           1500 there proves ours / peer <= R, printed '<=R': the peers' clocks stop at 2 T and 4 T s instead of
+#           240 s each (their evaluations and start-ups come on top; whether two seeds fit is not yet tried)
 #   grid1   the autotune grid on HalfCheetah-v5 (tools/bench_autotune.py, 90 s a run), the 1st of two
 #           parts: three grid cells and the autotuned run with its probe; grid2: three cells and the
 #           defaults. Merge here: python tools/bench_autotune.py --report grid_part1.json grid_part2.json

@@ -51,7 +51,7 @@ try:
             out["gpus"].append({"index": i, "name": p.name, "total_memory": int(total),
                                 "free_memory": int(free), "capability": f"{p.major}.{p.minor}"})
 except Exception as exc:  # report, never crash the caller
-    out["note"] = f"GPU probe failed: {type(exc).__name__}: {exc}"
+    out["note"], out["failed"] = f"GPU probe failed: {type(exc).__name__}: {exc}", True
 print("SPZ-GPU " + json.dumps(out))
 """
 
@@ -79,11 +79,12 @@ def probe_gpus(timeout_s: float = GPU_PROBE_TIMEOUT_S) -> tuple[list[GpuInfo], s
     return [GpuInfo(**g) for g in data["gpus"]], note
 
 
-def count_gpus(timeout_s: float = GPU_PROBE_TIMEOUT_S) -> tuple[int, str]:
+def count_gpus(timeout_s: float = GPU_PROBE_TIMEOUT_S) -> tuple[int | None, str]:
     """How many GPUs torch sees, asked of a subprocess as :func:`probe_gpus` does, without their properties
-    (those make a CUDA context per GPU in the subprocess): ``(count, note)``, and the note says why 0."""
+    (those make a CUDA context per GPU in the subprocess): ``(count, note)``; the note says why 0, and
+    the count is None when the probe itself failed (a timeout, a crash, an exception inside it)."""
     data, note = _run_gpu_script(timeout_s, "count-only")
-    return (0, note) if data is None else (int(data["count"]), note)
+    return (None if data is None or data.get("failed") else int(data["count"])), note
 
 
 def cpu_model() -> str:
