@@ -61,8 +61,15 @@ def _flat_buffers(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tens
 
 
 def _flat_views(tensors: list[torch.Tensor]) -> list[torch.Tensor]:
-    """Each tensor as a 1-d view of its own storage (``view`` refuses a tensor it would have to copy)."""
-    return [t.view(-1) for t in tensors]
+    """Each tensor as a 1-d view of its own storage (``view`` refuses a tensor it would have to copy).
+
+    Detached first: a view of a parameter made with grad enabled carries a ``ViewBackward`` node, which
+    creates the parameter's gradient accumulator on the stream current at construction (the default one)
+    and keeps it alive. Every backward then accumulates onto the default stream, and the first CUDA-graph
+    capture of a process failed on it (H200, 2026-11-27: "operation would make the legacy stream depend
+    on a capturing blocking stream"). ``tests/trainer/test_capture_safety.py`` checks no such graph lives.
+    """
+    return [t.detach().view(-1) for t in tensors]
 
 
 class FlatPublisher:

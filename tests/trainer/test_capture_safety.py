@@ -14,6 +14,7 @@ CPU-only branch and allowed (CrossQ's batch renorm warm-up shortcut).
 
 from __future__ import annotations
 
+import gc
 import linecache
 import traceback
 
@@ -150,3 +151,30 @@ def test_a_graph_runner_needs_an_eager_warm_up():
     with pytest.raises(ValueError, match="warmup"):
         StepRunner(part, part.step, 8, ("obs",), mode="cuda-graph", warmup=0)
     StepRunner(part, part.step, 8, ("obs",), mode="eager", warmup=0)  # eager has nothing to capture
+
+
+def _live_autograd_graphs() -> dict[int, str]:
+    """Every live tensor that holds an autograd graph: id -> shape and node."""
+    gc.collect()
+    out = {}
+    for obj in gc.get_objects():
+        if isinstance(obj, torch.Tensor) and obj.grad_fn is not None:
+            out[id(obj)] = f"{tuple(obj.shape)} {type(obj.grad_fn).__name__}"
+    return out
+
+
+@pytest.mark.parametrize("algo", ["sac", "td3", "crossq"])
+def test_no_autograd_graph_outlives_the_learners_updates(algo):
+    """A tensor with a graph that lives between updates (a view of a parameter made with grad enabled)
+    holds the parameter's gradient accumulator, made on the stream current at the time: every backward
+    then accumulates on the default stream, and a CUDA graph capture fails on it (the first capture of
+    every process on the H200, 2026-11-27, from the weight publisher's flat views)."""
+    before = _live_autograd_graphs()
+    critic, actor, _ = learners("cpu", algo, device_replay="on")
+    for _ in range(3):
+        critic.update()
+        actor.update()
+    critic.flush()
+    actor.flush()
+    left = {k: v for k, v in _live_autograd_graphs().items() if k not in before}
+    assert not left, f"tensors that keep an autograd graph alive between updates: {sorted(left.values())}"
