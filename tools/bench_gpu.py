@@ -15,7 +15,9 @@ Sections (each records what it ran; a section that fails records its error and t
 * ``critic``: ``CriticLearner.update()`` frames/s at batch 256 ... 65536 (HalfCheetah sizes, SAC
   256x256), with the device replay mirror, and at batch 256 without it, and with 2, 4 and 8 updates
   per graph replay (``--updates-per-graph``; on CUDA also 4 with ``compiled-graph``), and with the
-  weights published and loaded every 8th update instead of every one (``--weight-sync-period 8``).
+  weights published and loaded every 8th update instead of every one (``--weight-sync-period 8``), and
+  the twin critic's layouts around the batch where a GPU stops batching its networks
+  (``stacked/...``: batched at any batch, ``each/...``: one by one; ``networks.Critic.batched_max_rows``).
 * ``peer``: the in-run peer, an eager single-process SAC written from the algorithm
   (tools/eager_sac_peer.py), at batch 256: its critic updates/s and full SAC updates/s, and our
   ratios to it.
@@ -114,13 +116,18 @@ def _critic(device: str, quick: bool) -> dict:
         entry("compiled/256", 256, step_mode="compiled-graph")
         entry("compiled-block4/256", 256, step_mode="compiled-graph", updates_per_graph=4)
     entry("host/256", 256, device_replay="off")
-    for b in (1024,) if quick else (1024, 4096, 16384, 65536):
+    for b in (1024,) if quick else (1024, 4096, 8192, 16384, 65536):
         entry(f"mirror/{b}", b)
+    # the twin critic's rule (networks.Critic.batched_max_rows: one by one from 16,384 rows on a GPU) against
+    # each side of it at the batches around its limit: where the batched layers stop paying
+    for b in (1024,) if quick else (4096, 8192, 16384, 65536):
+        entry(f"stacked/{b}" if b >= 16384 or quick else f"each/{b}", b,
+              critic_layout="batched" if b >= 16384 or quick else "each")
     entry("separate/65536" if not quick else "separate/1024", 1024 if quick else 65536, separate_critic=True)
     if cuda:
         entry("compiled/65536", 65536, step_mode="compiled-graph")
-    rated = [(v["frames_per_s"], k) for k, v in out.items()  # the best of SAC's stacked critic (issue 15's figure)
-             if "frames_per_s" in v and not k.startswith(("separate", "crossq"))]
+    rated = [(v["frames_per_s"], k) for k, v in out.items()  # the best of SAC's critic as a run has it (issue 15's figure)
+             if "frames_per_s" in v and not k.startswith(("separate", "crossq", "stacked", "each"))]
     if rated:
         best = max(rated)
         out["best"] = {"key": best[1], "frames_per_s": best[0]}

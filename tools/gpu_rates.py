@@ -120,13 +120,16 @@ def step_modes(device: str, batch: int, seconds: float, modes: tuple[str, ...], 
 
 def make_critic(device: str, batch: int, storage: Any, sync_period: int = 1, step_mode: str = "auto",
                 device_replay: str = "auto", precision: str = "fp32", publishing_actor: bool = True,
-                updates_per_graph: int = 1, separate_critic: bool = False, algo: str = "sac") -> Any:
+                updates_per_graph: int = 1, separate_critic: bool = False, algo: str = "sac",
+                critic_layout: str = "auto") -> Any:
     """A CriticLearner of ``algo`` over ``storage`` with local boards (the actor board gets a new version
     each look).
 
     ``separate_critic``: with the twin Q networks as separate networks, the layout before the stacked
     critic (``tools/bench_critic_layout.SeparateCritic``, ``SeparateCrossQCritic``), for an A/B of the
     two in the same call.
+    ``critic_layout``: ``auto`` (the product's rule, ``StackedQ.batched``), ``batched`` (the batched layers
+    at any batch) or ``each`` (the networks one by one on a GPU too), for an A/B of the rule's limit.
     """
     if separate_critic:
         from bench_critic_layout import separate_critic_classes
@@ -149,6 +152,11 @@ def make_critic(device: str, batch: int, storage: Any, sync_period: int = 1, ste
     critic = CriticLearner(spec, device, UniformSampler(storage, seed=0), source, LocalBoard(),
                            stats.role("critic-learner"), batch, sync_period, step_mode=step_mode,
                            device_replay=device_replay, updates_per_graph=updates_per_graph)
+    if critic_layout != "auto":
+        limit = {"batched": None, "each": 1}[critic_layout]
+        for q in (critic.part.critic, getattr(critic.part, "critic_target", None)):
+            if q is not None:
+                q.batched_max_rows = limit  # an instance attribute over the class's rule
     if publishing_actor:  # as in a run: the actor learner publishes about once per critic update
         critic._actor_vec, critic._actor_board = actor_vec, source
     return critic

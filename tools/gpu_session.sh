@@ -17,6 +17,8 @@
 # worker's check until the next start sweeps them); then the autotune plan.
 # Seen on the H100 (2026-11-26): setup 10 s, the bench ~150 s with every section (four inductor compiles
 # included), the tests: 100 s were not enough on 8 workers once the real compiled-graph runs joined.
+# Seen on the H200 (2026-11-27, all passing): the whole core phase 296 s (smoke 43, bench 82, tests 91 + 30
+# for kill -9, plan 30), the machine's start and transfers about 35 s more.
 # The limits here add up to 10 + 75 + 200 + 170 + 60 + 45 = 560 s, inside one 600 s call; pass a
 # second argument for more test time, SECTIONS="steps critic peer dual sampling" for every section.
 #

@@ -196,6 +196,8 @@ class StackedQ(nn.Module):
     """
 
     batched_on_cpu = False
+    # Rows at and above which a GPU runs the networks one by one too; None: batched at any size.
+    batched_max_rows: int | None = None
     layers: nn.ModuleList  # of EnsembleLinear, each holding the weights of every network
 
     @property
@@ -203,8 +205,13 @@ class StackedQ(nn.Module):
         """How many Q networks: the stack's depth (no second record that could disagree with it)."""
         return len(self.layers[0].weight)
 
-    def batched(self, device: torch.device) -> bool:
-        return device.type != "cpu" or self.batched_on_cpu
+    def batched(self, device: torch.device, rows: int = 0) -> bool:
+        """Whether ``rows`` rows run through the batched layers (the GPU's rule; the CPU's with
+        ``batched_on_cpu``) or one network at a time on its own slices (the CPU). A shape, not a value:
+        a captured graph takes one branch for its fixed batch."""
+        if device.type == "cpu" and not self.batched_on_cpu:
+            return False
+        return self.batched_max_rows is None or rows < self.batched_max_rows
 
 
 class Critic(StackedQ):
@@ -215,6 +222,13 @@ class Critic(StackedQ):
     ``n_q`` separate ``mlp(obs_dim + act_dim, hidden, 1)`` built one after the other would be
     (checkpoints of format 1 held those separate networks; ``algos/layout_v1.py`` converts them).
     """
+
+    # On an H200 (2026-11-27, one call) the batched layers lost at large batches: the whole update at
+    # 65536 rows made 18.2 M frames/s stacked against 30.2 M with two separate networks (at 256: 1.11x
+    # for the stack). Between those, only the H100's separate figures of 2026-11-26 against the H200's
+    # stacked ones (two cards) place the crossing: about even at 4096, the stack ~0.65x at 16384. So a
+    # GPU runs the networks one by one from 16,384 rows (docs/gpu.md); tools/bench_gpu.py times both.
+    batched_max_rows = 16384
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], n_q: int = 2) -> None:
         super().__init__()
@@ -233,7 +247,7 @@ class Critic(StackedQ):
         output itself, without a copy."""
         h = torch.cat([obs, action], dim=-1)
         n = self.n_q if members is None else members
-        if n == 1 or not self.batched(h.device):  # a batch of one network saves nothing (DDPG, TD3's Q1)
+        if n == 1 or not self.batched(h.device, len(h)):  # a stack of one saves nothing (DDPG, TD3's Q1)
             return self._one_by_one(h, n)
         for layer in self.layers[:-1]:
             h = F.relu(layer(h, members))

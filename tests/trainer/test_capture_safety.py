@@ -23,7 +23,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from spreeze_like.algos.graphed import StepRunner
-from spreeze_like.algos.networks import StackedQ
+from spreeze_like.algos.networks import Critic, StackedQ
 from tests.trainer.test_gpu_steps import learners
 
 # ops that read a tensor's value on the host, or whose output shape depends on it
@@ -32,10 +32,14 @@ HOST_READS = {"_local_scalar_dense", "nonzero", "is_nonzero", "equal", "masked_s
 CPU_BRANCH = 'device.type == "cpu"'
 
 
-@pytest.fixture(autouse=True)
-def gpu_critic_path(monkeypatch):
-    """The critics' batched layers (CrossQ: without its CPU-only warm-up shortcut), the path a GPU captures."""
+@pytest.fixture(autouse=True, params=["batched", "large-batch"])
+def gpu_critic_path(request, monkeypatch):
+    """The GPU's critic path, which a capture records: the batched layers (CrossQ: without its CPU-only
+    warm-up shortcut), or, past ``Critic.batched_max_rows`` (lowered under these tests' 64 rows), the
+    networks one by one on their slices of the stack, which a GPU takes at large batches."""
     monkeypatch.setattr(StackedQ, "batched_on_cpu", True)
+    if request.param == "large-batch":
+        monkeypatch.setattr(Critic, "batched_max_rows", 32)
 
 
 def _caller() -> str:

@@ -13,6 +13,7 @@ from torch import nn
 
 from spreeze_like.algos import make_actor_part, make_critic_part
 from spreeze_like.algos.base import AlgoSpec, Batch
+from spreeze_like.algos.crossq_critic import CrossQCritic
 from spreeze_like.algos.networks import Critic, StackedQ
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
@@ -127,3 +128,26 @@ def test_the_batched_path_halves_a_twin_critics_matmuls_and_cuts_the_sac_steps_k
     # the one-by-one path issues what separate networks did; the batched one half of the critic's
     assert matmuls[False] - matmuls[True] == critic_matmuls_before // 2 + 3  # + the target critic's forward (3)
     assert sum(counts[True].values()) <= 0.85 * sum(counts[False].values())
+
+
+def test_a_gpu_runs_the_twin_critic_one_by_one_at_large_batches(monkeypatch):
+    """The GPU's rule (Critic.batched_max_rows): batched below the limit, each network on its own slices
+    from it on, with the same Q values; CrossQ's critic has no limit; the CPU runs one by one unless
+    told to run the GPU's rule."""
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    critic = Critic(5, 2, (16, 16))
+    limit = Critic.batched_max_rows
+    assert limit is not None and critic.batched(cuda, limit - 1) and not critic.batched(cuda, limit)
+    assert CrossQCritic(5, 2, (16, 16)).batched(cuda, 10 * limit)
+    assert not critic.batched(cpu, 1)
+    monkeypatch.setattr(StackedQ, "batched_on_cpu", True)
+    assert critic.batched(cpu, 1) and not critic.batched(cpu, limit)
+    obs, act = torch.randn(64, 5), torch.rand(64, 2) * 2 - 1
+    batched = critic(obs, act)
+    monkeypatch.setattr(Critic, "batched_max_rows", 64)
+    one_by_one = critic(obs, act)
+    assert torch.allclose(batched, one_by_one, atol=1e-5)
+    calls = []
+    monkeypatch.setattr(torch, "baddbmm", lambda *a, **k: calls.append(1))  # the batched path's matmul
+    critic(obs, act)
+    assert not calls
