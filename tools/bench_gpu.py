@@ -126,7 +126,8 @@ def _critic(device: str, quick: bool) -> dict:
     entry("separate/65536" if not quick else "separate/1024", 1024 if quick else 65536, separate_critic=True)
     if cuda:
         entry("compiled/65536", 65536, step_mode="compiled-graph")
-    rated = [(v["frames_per_s"], k) for k, v in out.items()  # the best of SAC's critic as a run has it (issue 15's figure)
+    # the best of SAC's critic as a run has it (issue 15's figure)
+    rated = [(v["frames_per_s"], k) for k, v in out.items()
              if "frames_per_s" in v and not k.startswith(("separate", "crossq", "stacked", "each"))]
     if rated:
         best = max(rated)
