@@ -37,6 +37,8 @@
 #           parts: three grid cells and the autotuned run with its probe; grid2: three cells and the
 #           defaults. Merge here: python tools/bench_autotune.py --report grid_part1.json grid_part2.json
 # Which phase next: what BENCHMARKS.md and the last closing note list as not measured on a GPU.
+# Two phases in one 15-minute lease: core (about 300 s with every test passing) then learn1 on the still
+# warm machine (call again within its 30 s idle window) with LEARN_S=480 for the learning's own limit.
 set -u
 out=${1:?usage: [PHASE=core|learn|learn1|learn2|grid1|grid2] tools/gpu_session.sh OUTDIR [SECONDS_FOR_TESTS]}
 test_s=${2:-170}
@@ -61,7 +63,7 @@ if [ "${phase#learn}" != "$phase" ]; then
   seeds=${phase#learn}; seeds=${seeds:-1 2}
   python3 -c "import jax, sbx, stable_baselines3; print('jax devices', jax.devices())" 2>&1 | tee -a "$out/machine.txt"
   # shellcheck disable=SC2086  # the seeds are words
-  timeout 570 python3 tools/bench_vs_sb3.py --env HalfCheetah-v5 --seeds $seeds --stop-when-reached \
+  timeout "${LEARN_S:-570}" python3 tools/bench_vs_sb3.py --env HalfCheetah-v5 --seeds $seeds --stop-when-reached \
     --wall-budget 240 --eval-every 5000 --eval-episodes 10 --peers sbx sb3 --peer-device cuda --device cuda:0 \
     --peer-stop-ratio sb3=0.25 --peer-stop-ratio sbx=0.5 --set algo='"sac"' \
     --json "$out/hc_gpu_${phase}.json" 2>&1 | tee "$out/learn.log" | tail -40
