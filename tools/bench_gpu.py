@@ -118,11 +118,14 @@ def _critic(device: str, quick: bool) -> dict:
     entry("host/256", 256, device_replay="off")
     for b in (1024,) if quick else (1024, 4096, 8192, 16384, 65536):
         entry(f"mirror/{b}", b)
-    # the twin critic's rule (networks.Critic.batched_max_rows: one by one from 16,384 rows on a GPU) against
-    # each side of it at the batches around its limit: where the batched layers stop paying
+    # the twin critic's rule (one by one from Critic.batched_max_rows rows on a GPU) against the other side of
+    # it at the batches around its limit (each/: one by one below it; stacked/: batched from it on)
+    from spreeze_like.algos.networks import Critic
+
+    limit = Critic.batched_max_rows or 0
     for b in (1024,) if quick else (4096, 8192, 16384, 65536):
-        entry(f"stacked/{b}" if b >= 16384 or quick else f"each/{b}", b,
-              critic_layout="batched" if b >= 16384 or quick else "each")
+        beyond = b >= limit
+        entry(f"{'stacked' if beyond else 'each'}/{b}", b, critic_layout="batched" if beyond else "each")
     entry("separate/65536" if not quick else "separate/1024", 1024 if quick else 65536, separate_critic=True)
     if cuda:
         entry("compiled/65536", 65536, step_mode="compiled-graph")

@@ -38,7 +38,8 @@
 #           defaults. Merge here: python tools/bench_autotune.py --report grid_part1.json grid_part2.json
 # Which phase next: what BENCHMARKS.md and the last closing note list as not measured on a GPU.
 # Two phases in one 15-minute lease: core (about 300 s with every test passing) then learn1 on the still
-# warm machine (call again within its 30 s idle window) with LEARN_S=480 for the learning's own limit.
+# warm machine (call again within its 30 s idle window) with LEARN_S=480 for the learning's own limit
+# (whether one seed's three runs finish inside 480 s on a GPU is not yet known: the --json keeps those that did).
 set -u
 out=${1:?usage: [PHASE=core|learn|learn1|learn2|grid1|grid2] tools/gpu_session.sh OUTDIR [SECONDS_FOR_TESTS]}
 test_s=${2:-170}
