@@ -50,8 +50,13 @@ per seed and the median, peer by peer. ``--peer-stop-ratio PEER=R`` stops a peer
 T / R s (T: our time to the eval threshold on that seed): a peer still short of a threshold when its
 budget stops it gives ours / budget, an upper bound of the ratio, printed ``<=x``. The machine load is
 printed before and after. ``--json FILE``
-writes ``rows``, ``ratios``, ``summary`` and ``devices``; with ``--json`` or ``--curves-dir`` every run's
-curve is written as a ``curves.csv`` and drawn into one PNG per env (``tools/bench_curves.py``).
+writes ``rows``, ``ratios``, ``summary`` and ``devices``, and with them every run's record and the
+settings the report needs (the env, thresholds, window, and the machine in words); while the
+invocation goes on it holds the records of the runs finished so far (``partial``). ``--report A.json
+B.json ...`` runs nothing: it makes the report again from such files, finished or cut short by a time
+limit, each seed's runs from the last file that holds the seed (a lent GPU machine's calls each run
+a part). With ``--json`` or ``--curves-dir`` every run's curve is written as a ``curves.csv`` and drawn
+into one PNG per env (``tools/bench_curves.py``).
 
 Creates a scratch folder (the episode records, the peers' result files, our run folders unless
 ``--logdir``), removed at the end, also when a run raises.
@@ -60,7 +65,6 @@ Creates a scratch folder (the episode records, the peers' result files, our run 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import importlib.util
 import json
 import os
@@ -75,9 +79,10 @@ if TOOLS_DIR not in sys.path:  # the peers_* modules beside this file; our spawn
 
 from peers_ours import ours_config, ours_device, run_ours
 from peers_record import BASE_ENV_VAR, RunRecord
-from peers_report import report
+from peers_report import load_results, report, results_json, settings_of
 from peers_runners import PEERS, run_peer, run_peer_child
 
+from spreeze_like.autotune.hardware import cpu_model, driver_gpu_models, usable_cores
 from spreeze_like.errors import ConfigError, SpreezeError
 
 # env -> (threshold_train, threshold_eval, learning_starts, peers' learning rate, total steps, eval_every)
@@ -92,6 +97,11 @@ SKIPS = {"sb3": ("sb3",), "sbx": ("sbx", "sbx-crossq"), "sbx-crossq": ("sbx-cros
 
 def load_line() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def machine_words() -> str:
+    """This machine in words, for the results file (the driver's GPU models: no CUDA in this process)."""
+    return f"{cpu_model()}, {usable_cores()} cores, GPUs: {', '.join(driver_gpu_models()) or 'none'}"
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -148,6 +158,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--png", default=None, help="the learning-curves PNG of this env (default "
                         "<curves dir>/curves_<env>.png)")
     parser.add_argument("--no-png", action="store_true", help="write the curves.csv files but no PNG")
+    parser.add_argument("--report", nargs="+", default=None, metavar="RESULTS_JSON",
+                        help="run nothing: report again from these --json files (finished or cut short), each "
+                        "seed's runs from the last file holding that seed; --json, --curves-dir and --fixed-wall "
+                        "apply to that report")
     parser.add_argument("--set", nargs="*", default=[],
                         type=lambda s: (s.split("=", 1)[0], json.loads(s.split("=", 1)[1])),
                         help="extra TrainConfig fields for ours, key=json")
@@ -201,6 +215,8 @@ def peer_args(args: argparse.Namespace, peer: str, ours: list[RunRecord]) -> arg
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
+    if args.report:
+        return report_again(args)
     modes = ([False] if args.parallel or not args.serial else []) + ([True] if args.serial else [])
     os.environ[BASE_ENV_VAR] = args.env
     # our spawned samplers and the peers' children import the peers_* modules by name
@@ -210,6 +226,7 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
 
     records: list[RunRecord] = []
+    settings = settings_of(args, machine_words())
     try:
         # wrong devices and missing peers fail here, before any run, with one line
         ours_devices = {} if args.skip_ours else {serial: ours_device(ours_config(args, args.seeds[0], serial))
@@ -227,7 +244,7 @@ def main(argv: list[str] | None = None) -> dict:
             records.append(record)
             print(f"  done {record.name} seed {seed}: {record.wall_s:.1f} s, load {load_line()}", flush=True)
             if args.json:  # the raw records so far: a command cut short (a time limit) keeps its finished runs
-                Path(args.json).write_text(json.dumps({"partial": [dataclasses.asdict(r) for r in records]}))
+                Path(args.json).write_text(results_json(records, settings))
 
         for seed in args.seeds:
             ours: list[RunRecord] = []
@@ -241,7 +258,23 @@ def main(argv: list[str] | None = None) -> dict:
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"load average after: {load_line()}")
     if args.json:
-        Path(args.json).write_text(json.dumps(figures, indent=1, default=str))
+        Path(args.json).write_text(results_json(records, settings, figures))
+    if args.curves_dir:
+        write_curves_and_png(records, args)
+    return figures
+
+
+def report_again(args: argparse.Namespace) -> dict:
+    """``--report``: the report of the runs in earlier --json files, against their own settings."""
+    records, settings, notes = load_results(args.report)
+    for note in notes:
+        print(note)
+    # the files' settings, not this command line's defaults: the runs were measured against those
+    for key in ("env", "threshold_train", "threshold_eval", "window", "eval_episodes"):
+        setattr(args, key, settings[key])
+    figures = report(records, args)
+    if args.json:
+        Path(args.json).write_text(results_json(records, settings, figures))
     if args.curves_dir:
         write_curves_and_png(records, args)
     return figures

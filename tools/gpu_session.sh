@@ -28,7 +28,9 @@
 #           first whenever the code has changed since the last clean GPU test run
 #   learn   HalfCheetah-v5 SAC, ours vs SBX (JAX on the GPU) and SB3 (device cuda), seeds 1 and 2 in one
 #           call; learn1 / learn2: one seed (learn2 after a learn call that was cut during seed 2).
-#           --json is rewritten after each run: a cut call keeps the runs that finished.
+#           --json is rewritten after each run: a cut call keeps the runs that finished. One report of
+#           several calls' files (each seed's runs from the last file holding it, so a re-run seed replaces
+#           a cut one): python tools/bench_vs_sb3.py --report hc_gpu_learn.json hc_gpu_learn2.json
 #           Each run stops at evaluation 1500 or 240 s, and a peer also at T / R s (--peer-stop-ratio, T our time
 #           to 1500 on that seed; R 0.25 for SB3 and 0.5 for SBX, the issue's targets): a peer still short of
 #           1500 there proves ours / peer <= R, printed '<=R': the peers' clocks stop at 2 T and 4 T s instead of
@@ -37,9 +39,11 @@
 #           parts: three grid cells and the autotuned run with its probe; grid2: three cells and the
 #           defaults. Merge here: python tools/bench_autotune.py --report grid_part1.json grid_part2.json
 # Which phase next: what BENCHMARKS.md and the last closing note list as not measured on a GPU.
-# Two phases in one 15-minute lease: core (about 300 s with every test passing) then learn1 on the still
+# Two phases in one 15-minute lease: core (about 300 s with every test passing) then learn on the still
 # warm machine (call again within its 30 s idle window) with LEARN_S=480 for the learning's own limit
-# (whether one seed's three runs finish inside 480 s on a GPU is not yet known: the --json keeps those that did).
+# (whether one seed's three runs finish inside 480 s on a GPU is not yet known: the --json keeps those that
+# did, seed 2's too where it got that far; learn2 in a later lease re-runs seed 2 whole, and --report above
+# joins the two files).
 set -u
 out=${1:?usage: [PHASE=core|learn|learn1|learn2|grid1|grid2] tools/gpu_session.sh OUTDIR [SECONDS_FOR_TESTS]}
 test_s=${2:-170}

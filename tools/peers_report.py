@@ -11,20 +11,99 @@ run stopped at its wall budget short of a threshold that ours reached, ours / bu
 bound of that ratio, printed ``<=x`` (``at_most_per_seed``; ``median_at_most`` when every seed has a
 ratio or a bound).
 
-Pure functions of the records: creates and removes nothing.
+:func:`load_results` reads the records back from ``--json`` files (a finished invocation's, or one cut
+short by a time limit, which holds the runs finished by then) for ``bench_vs_sb3.py --report``: the
+runs of a lent GPU machine come in several calls, and one report must be made of them.
+
+Pure functions of the records, and a reader of JSON files: creates and removes nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 import math
 import statistics
+from pathlib import Path
+from typing import Any
 
 from peers_record import RunRecord
 from peers_runners import PEERS
 
+from spreeze_like.errors import ConfigError
+
 RATIO_KEYS = (("t_train", "wall to train threshold"), ("t_eval", "wall to eval threshold"),
               ("steps_per_s", "env steps/s"), ("updates_per_s", "updates/s"))
+
+
+# what a report of a results file needs beside its runs (``settings`` in every --json file); files
+# reported together must agree on these, since the figures of each run are measured against them
+SAME_IN_EVERY_FILE = ("env", "threshold_train", "threshold_eval", "window")
+
+
+def settings_of(args: argparse.Namespace, machine: str) -> dict[str, Any]:
+    """The ``settings`` a --json file keeps: what its runs are reported against, and the machine in words."""
+    return {"env": args.env, "threshold_train": args.threshold_train, "threshold_eval": args.threshold_eval,
+            "window": args.window, "eval_episodes": args.eval_episodes, "machine": machine}
+
+
+def results_json(records: list[RunRecord], settings: dict[str, Any], figures: dict | None = None) -> str:
+    """A --json file's text: the runs' records (``partial`` while the invocation goes on, ``records`` with
+    the figures at its end) and the settings, so that ``--report`` can make the report again."""
+    runs = [dataclasses.asdict(r) for r in records]
+    body = {"partial": runs} if figures is None else {**figures, "records": runs}
+    return json.dumps({**body, "settings": settings}, indent=None if figures is None else 1, default=str)
+
+
+def load_results(paths: list[str]) -> tuple[list[RunRecord], dict[str, Any], list[str]]:
+    """The records of several --json files as one report's: ``(records, settings, notes)``.
+
+    A seed's runs come from one file, the last one given that holds the seed (its runs replace the
+    seed's runs of the files before it: a seed re-run after a call cut it short), so that every ratio
+    pairs runs of one invocation on one machine. The notes say which file gave which seeds, on which
+    machine, and what was replaced. Files whose ``SAME_IN_EVERY_FILE`` settings differ are refused.
+    """
+    by_seed: dict[int, tuple[str, list[RunRecord]]] = {}
+    first: dict[str, Any] = {}
+    notes: list[str] = []
+    machines: dict[str, None] = {}
+    for path in paths:
+        try:
+            data = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"--report {path}: cannot read it ({exc}); give the --json files of this "
+                              f"benchmark") from None
+        settings, runs = (data.get("settings"), data.get("records", data.get("partial"))) \
+            if isinstance(data, dict) else (None, None)
+        if not isinstance(settings, dict) or not isinstance(runs, list):
+            raise ConfigError(f"--report {path}: no settings and records in it (not a --json file of "
+                              f"tools/bench_vs_sb3.py, or one written before --report existed)")
+        first = first or settings
+        differ = [k for k in SAME_IN_EVERY_FILE if settings.get(k) != first.get(k)]
+        if differ:
+            raise ConfigError(f"--report {path}: its {', '.join(differ)} differ from {paths[0]}'s "
+                              f"({', '.join(f'{k} {settings.get(k)} vs {first.get(k)}' for k in differ)}); "
+                              f"report runs made with the same settings together")
+        try:
+            records = [RunRecord(**{**r, "train": [tuple(x) for x in r["train"]],
+                                    "evals": [tuple(x) for x in r["evals"]]}) for r in runs]
+        except (TypeError, KeyError) as exc:
+            raise ConfigError(f"--report {path}: a run record is not this benchmark's ({exc})") from None
+        seeds = sorted({r.seed for r in records})
+        for seed in seeds:
+            if seed in by_seed:
+                notes.append(f"seed {seed}: the runs of {path} replace those of {by_seed[seed][0]}")
+            by_seed[seed] = (path, [r for r in records if r.seed == seed])
+        machine = str(settings.get("machine", "?"))
+        machines[machine] = None
+        state = "cut short" if "partial" in data else "finished"
+        notes.append(f"{path}: seeds {', '.join(map(str, seeds)) or 'none'} ({state}), on {machine}")
+    records = [r for seed in sorted(by_seed) for r in by_seed[seed][1]]
+    if len(machines) > 1:
+        notes.append("note: the files come from different machines; each seed's ratios pair runs of one machine, "
+                     "but the median over seeds mixes them")
+    return records, {**first, "machine": "; ".join(machines)}, notes
 
 
 def fmt(x: float | None, spec: str = ".1f") -> str:

@@ -121,7 +121,7 @@ def usable_cores() -> int:
     return max(1, cores)
 
 
-def _nvidia_proc_gpus() -> list[str]:
+def driver_gpu_models() -> list[str]:
     """GPU model lines from the NVIDIA driver's /proc files (no CUDA init)."""
     base = Path("/proc/driver/nvidia/gpus")
     names = []
@@ -145,7 +145,7 @@ def fingerprint() -> str:
     """``<host>-<12 hex>``: stable while the hardware and torch stay the same (see the module docstring)."""
     mem_gib = round(psutil.virtual_memory().total / 2**30)
     parts = [socket.gethostname(), cpu_model(), str(psutil.cpu_count()), str(usable_cores()), f"{mem_gib}GiB",
-             _torch_version(), os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"), *_nvidia_proc_gpus()]
+             _torch_version(), os.environ.get("CUDA_VISIBLE_DEVICES", "<unset>"), *driver_gpu_models()]
     digest = hashlib.sha1("|".join(parts).encode()).hexdigest()[:12]
     host = re.sub(r"[^A-Za-z0-9_.-]+", "_", socket.gethostname())[:32] or "host"
     return f"{host}-{digest}"
