@@ -79,6 +79,10 @@ def load_results(paths: list[str]) -> tuple[list[RunRecord], dict[str, Any], lis
         if not isinstance(settings, dict) or not isinstance(runs, list):
             raise ConfigError(f"--report {path}: no settings and records in it (not a --json file of "
                               f"tools/bench_vs_sb3.py, or one written before --report existed)")
+        missing = [k for k in (*SAME_IN_EVERY_FILE, "eval_episodes") if k not in settings]
+        if missing:
+            raise ConfigError(f"--report {path}: its settings lack {', '.join(missing)}; give the --json files "
+                              f"of this benchmark as it wrote them")
         first = first or settings
         differ = [k for k in SAME_IN_EVERY_FILE if settings.get(k) != first.get(k)]
         if differ:

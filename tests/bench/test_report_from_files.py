@@ -129,7 +129,9 @@ def test_files_of_other_thresholds_are_refused_in_one_line(tmp_path, monkeypatch
 
 
 @pytest.mark.parametrize("text", [None, "{not json", '{"rows": {}, "ratios": {}}', '[1, 2]',
-                                  '{"partial": [{"nom": "x"}], "settings": {"env": "Pendulum-v1"}}'])
+                                  '{"partial": [], "settings": {"env": "Pendulum-v1"}}',
+                                  ('{"partial": [{"nom": "x"}], "settings": {"env": "Pendulum-v1", "threshold_train": 0, '
+                                   '"threshold_eval": 0, "window": 5, "eval_episodes": 10}}')])
 def test_an_unreadable_old_or_foreign_file_is_a_config_error(tmp_path: Path, text: str | None) -> None:
     path = tmp_path / "results.json"
     if text is not None:
