@@ -72,6 +72,10 @@ if [ "${phase#learn}" != "$phase" ]; then
     --wall-budget 240 --eval-every 5000 --eval-episodes 10 --peers sbx sb3 --peer-device cuda --device cuda:0 \
     --peer-stop-ratio sb3=0.25 --peer-stop-ratio sbx=0.5 --set algo='"sac"' \
     --json "$out/hc_gpu_${phase}.json" 2>&1 | tee "$out/learn.log" | tail -40
+  # cut by LEARN_S: the report of the runs that finished (the file holds their records)
+  if grep -q '"partial"' "$out/hc_gpu_${phase}.json" 2>/dev/null; then
+    timeout 30 python3 tools/bench_vs_sb3.py --report "$out/hc_gpu_${phase}.json" --no-png 2>&1 | tee -a "$out/learn.log" | tail -25
+  fi
   stamp "learning seeds $seeds done"
 elif [ "$phase" = grid1 ] || [ "$phase" = grid2 ]; then
   k=${phase#grid}
