@@ -5,7 +5,8 @@
 #   bash tools/gpu_session.sh OUTDIR [SECONDS_FOR_TESTS]              # PHASE=core, the default
 #   PHASE=learn bash tools/gpu_session.sh OUTDIR                      # one phase per call, see below
 #
-# It expects the ignored folder .whl/ (carried to the device) to hold what the machine lacks:
+# It expects the ignored folder .whl/ (carried to the device) to hold what the machine lacks; on the CPU
+# machine, before the first call, `bash tools/device_prep.sh` makes it:
 #   ../shared/tools/device-wheels.sh .whl            # gymnasium, MuJoCo, posix_ipc, SB3, SBX (cp312)
 #   the native core built for its Python 3.12, `_native.cpython-312-x86_64-linux-gnu.so`, from
 #   `python3.12 -m pip wheel --no-deps . -w /tmp/w` and unzipped out of that wheel.

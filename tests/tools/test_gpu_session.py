@@ -60,3 +60,19 @@ def test_every_tool_and_flag_exists(argv):
     for token in argv[1:]:
         if token.startswith("--"):
             assert accepts(argv[0], token), f"{argv[0]}: no {token}"
+
+
+def test_device_prep_refuses_an_interpreter_that_is_not_the_devices_python_3_12(tmp_path):
+    """tools/device_prep.sh builds the native core for the device's Python 3.12: another one would make a core
+    the device cannot load, found only on the device. Refused before anything is fetched or built (the
+    interpreter given is a stand-in that fails, as a broken pyenv shim does, whatever Python runs the tests)."""
+    prep = REPO / "tools" / "device_prep.sh"
+    assert subprocess.run(["bash", "-n", str(prep)], check=False).returncode == 0
+    fake = tmp_path / "python3.12"
+    fake.write_text("#!/bin/sh\necho 'pyenv: python3.12: command not found' >&2\nexit 127\n")
+    fake.chmod(0o755)
+    done = subprocess.run(["bash", str(prep), str(fake)], capture_output=True, text=True, cwd=tmp_path,
+                          timeout=60, check=False)
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stderr.splitlines() == [f"error: no working Python 3.12 ({fake}); pass a 3.12 interpreter's path"]
+    assert done.stdout == ""
