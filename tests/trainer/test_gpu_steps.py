@@ -16,7 +16,7 @@ import torch
 
 from spreeze_like.algos import make_actor_part, make_critic_part
 from spreeze_like.algos.graphed import CRITIC_INPUTS, StepRunner, resolve_step_mode
-from spreeze_like.algos.networks import get_flat
+from spreeze_like.algos.networks import Critic, get_flat
 from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.config import TrainConfig
 from spreeze_like.errors import ConfigError
@@ -280,8 +280,14 @@ def eager_and_graphed(algo_spec: AlgoSpec, updates: int = 12, modes: tuple[str, 
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+@pytest.mark.parametrize("layout", ["batched", "each"])
 @pytest.mark.parametrize("algo", ["ddpg", "td3", "sac"])
-def test_graph_replays_the_eager_update(algo):
+def test_graph_replays_the_eager_update(algo, layout, monkeypatch):
+    """``each``: the twin critic's large-batch path (``Critic.batched_max_rows``, lowered below these 64 rows),
+    the networks one by one on their slices of the stack inside the captured graph."""
+    if layout == "each":
+        monkeypatch.setattr(Critic, "batched_max_rows", 32)
+    assert Critic(5, 2, (32, 32)).batched(torch.device("cuda:0"), 64) == (layout == "batched")
     parts = eager_and_graphed(spec(algo))
     eager, graphed = parts["eager"][0], parts["cuda-graph"][0]
     assert parts["cuda-graph"][1].captures >= 1 and eager.updates == graphed.updates == 12
@@ -294,11 +300,16 @@ def test_graph_replays_the_eager_update(algo):
 
 @pytest.mark.gpu
 @pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
-@pytest.mark.parametrize("algo", ["td3", "sac", "crossq"])
-def test_compiled_graph_replays_the_eager_update(algo, monkeypatch):
+@pytest.mark.parametrize(("algo", "layout"), [("td3", "batched"), ("sac", "batched"), ("crossq", "batched"),
+                                             ("sac", "each")])
+def test_compiled_graph_replays_the_eager_update(algo, layout, monkeypatch):
     """--learner-step compiled-graph: inductor's fused kernels inside our graph make the same updates as
-    eager PyTorch, up to the rounding that fusing changes (12 Adam steps of lr 1e-3 at most)."""
+    eager PyTorch, up to the rounding that fusing changes (12 Adam steps of lr 1e-3 at most). ``each``:
+    the twin critic's large-batch path (as in test_graph_replays_the_eager_update)."""
     import torch._inductor.config
+
+    if layout == "each":
+        monkeypatch.setattr(Critic, "batched_max_rows", 32)
 
     # compile in this process: inductor's worker pool would outlive the test (in a run the supervisor
     # kills it with the learner's tagged processes, procs/descendants.py)
