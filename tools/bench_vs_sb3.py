@@ -79,7 +79,7 @@ if TOOLS_DIR not in sys.path:  # the peers_* modules beside this file; our spawn
 
 from peers_ours import ours_config, ours_device, run_ours
 from peers_record import BASE_ENV_VAR, RunRecord
-from peers_report import load_results, report, results_json, settings_of
+from peers_report import REPORT_SETTINGS, load_results, report, results_json, settings_of
 from peers_runners import PEERS, run_peer, run_peer_child
 
 from spreeze_like.autotune.hardware import cpu_model, driver_gpu_models, usable_cores
@@ -257,11 +257,7 @@ def main(argv: list[str] | None = None) -> dict:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     print(f"load average after: {load_line()}")
-    if args.json:
-        Path(args.json).write_text(results_json(records, settings, figures))
-    if args.curves_dir:
-        write_curves_and_png(records, args)
-    return figures
+    return write_outputs(records, settings, figures, args)
 
 
 def report_again(args: argparse.Namespace) -> dict:
@@ -270,9 +266,13 @@ def report_again(args: argparse.Namespace) -> dict:
     for note in notes:
         print(note)
     # the files' settings, not this command line's defaults: the runs were measured against those
-    for key in ("env", "threshold_train", "threshold_eval", "window", "eval_episodes"):
+    for key in REPORT_SETTINGS:
         setattr(args, key, settings[key])
-    figures = report(records, args)
+    return write_outputs(records, settings, report(records, args), args)
+
+
+def write_outputs(records: list[RunRecord], settings: dict, figures: dict, args: argparse.Namespace) -> dict:
+    """The --json file (figures, records, settings) and the curves, as asked; returns ``figures``."""
     if args.json:
         Path(args.json).write_text(results_json(records, settings, figures))
     if args.curves_dir:

@@ -40,12 +40,13 @@ RATIO_KEYS = (("t_train", "wall to train threshold"), ("t_eval", "wall to eval t
 # what a report of a results file needs beside its runs (``settings`` in every --json file); files
 # reported together must agree on these, since the figures of each run are measured against them
 SAME_IN_EVERY_FILE = ("env", "threshold_train", "threshold_eval", "window")
+# the arguments a report (and its curves) reads, kept in the file and set back from it by --report
+REPORT_SETTINGS = (*SAME_IN_EVERY_FILE, "eval_episodes")
 
 
 def settings_of(args: argparse.Namespace, machine: str) -> dict[str, Any]:
     """The ``settings`` a --json file keeps: what its runs are reported against, and the machine in words."""
-    return {"env": args.env, "threshold_train": args.threshold_train, "threshold_eval": args.threshold_eval,
-            "window": args.window, "eval_episodes": args.eval_episodes, "machine": machine}
+    return {**{k: getattr(args, k) for k in REPORT_SETTINGS}, "machine": machine}
 
 
 def results_json(records: list[RunRecord], settings: dict[str, Any], figures: dict | None = None) -> str:
@@ -79,7 +80,7 @@ def load_results(paths: list[str]) -> tuple[list[RunRecord], dict[str, Any], lis
         if not isinstance(settings, dict) or not isinstance(runs, list):
             raise ConfigError(f"--report {path}: no settings and records in it (not a --json file of "
                               f"tools/bench_vs_sb3.py, or one written before --report existed)")
-        missing = [k for k in (*SAME_IN_EVERY_FILE, "eval_episodes") if k not in settings]
+        missing = [k for k in REPORT_SETTINGS if k not in settings]
         if missing:
             raise ConfigError(f"--report {path}: its settings lack {', '.join(missing)}; give the --json files "
                               f"of this benchmark as it wrote them")

@@ -32,12 +32,18 @@ HOST_READS = {"_local_scalar_dense", "nonzero", "is_nonzero", "equal", "masked_s
 CPU_BRANCH = 'device.type == "cpu"'
 
 
-@pytest.fixture(autouse=True, params=["batched", "large-batch"])
-def gpu_critic_path(request, monkeypatch):
+@pytest.fixture(autouse=True)
+def gpu_critic_path(monkeypatch):
     """The GPU's critic path, which a capture records: the batched layers (CrossQ: without its CPU-only
-    warm-up shortcut), or, past ``Critic.batched_max_rows`` (lowered under these tests' 64 rows), the
-    networks one by one on their slices of the stack, which a GPU takes at large batches."""
+    warm-up shortcut)."""
     monkeypatch.setattr(StackedQ, "batched_on_cpu", True)
+
+
+@pytest.fixture(params=["batched", "large-batch"])
+def critic_layout(request, monkeypatch):
+    """For the tests of a learner's updates, both of the GPU's critic paths: the batched layers, or, past
+    ``Critic.batched_max_rows`` (lowered under these tests' 64 rows), the networks one by one on their
+    slices of the stack, which a GPU takes at large batches."""
     if request.param == "large-batch":
         monkeypatch.setattr(Critic, "batched_max_rows", 32)
 
@@ -88,6 +94,7 @@ def state_tensors(learner) -> dict[str, int]:
 
 @pytest.mark.parametrize("algo", ["sac", "td3", "ddpg", "crossq"])
 @pytest.mark.parametrize("updates_per_graph", [1, 4])
+@pytest.mark.usefixtures("critic_layout")
 def test_a_captured_update_reads_nothing_on_the_host(algo, updates_per_graph, monkeypatch):
     critic, actor, _ = learners("cpu", algo, device_replay="on", updates_per_graph=updates_per_graph)
     for learner in (critic, actor):
@@ -114,6 +121,7 @@ def test_a_captured_update_reads_nothing_on_the_host(algo, updates_per_graph, mo
 
 
 @pytest.mark.parametrize("algo", ["sac", "td3", "crossq"])
+@pytest.mark.usefixtures("critic_layout")
 def test_warmed_up_updates_make_no_new_state_tensors(algo):
     critic, actor, _ = learners("cpu", algo, device_replay="on")
     for learner in (critic, actor):
@@ -168,6 +176,7 @@ def _live_autograd_graphs() -> dict[int, str]:
 
 
 @pytest.mark.parametrize("algo", ["sac", "td3", "crossq"])
+@pytest.mark.usefixtures("critic_layout")
 def test_no_autograd_graph_outlives_the_learners_updates(algo):
     """A tensor with a graph that lives between updates (a view of a parameter made with grad enabled)
     holds the parameter's gradient accumulator, made on the stream current at the time: every backward
