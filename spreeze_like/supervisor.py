@@ -300,7 +300,7 @@ class Supervisor:
                 child.restart()
                 self.me.add("restarts")
                 self.say(f"[spreeze] {child.role} restarted (pid {child.pid}, restart {child.restarts})")
-        self._check_hangs(now)
+        self._check_hangs()
         if self.config.remote_samplers > 0 and self.failure is None and self.state == "running":
             stranded = self.quotas.reassign_abandoned(self._resume_hint)
             if stranded is not None:
@@ -325,9 +325,11 @@ class Supervisor:
             delay = child.schedule_restart(now)
             self.say(f"[spreeze] {child.role} (pid {child.pid}) died ({how}); restarting it in {delay:.0f} s")
 
-    def _check_hangs(self, now: float) -> None:
-        """Kill what :class:`~spreeze_like.procs.hangs.HangWatch` finds hung (a stopped or frozen run is not)."""
-        for hang in self.hangs.check(now, self.children, self.block.snapshot()):
+    def _check_hangs(self) -> None:
+        """Kill what :class:`~spreeze_like.procs.hangs.HangWatch` finds hung (a stopped or frozen run is not).
+        The clock is read after the snapshot: a stop landing before it is then a gap, not heartbeat ages."""
+        snap = self.block.snapshot()
+        for hang in self.hangs.check(time.monotonic(), self.children, snap):
             self.say(f"[spreeze] {hang.describe()}; killing it")
             hang.child.kill_now()
             if not hang.child.restartable:

@@ -89,7 +89,8 @@ class HangWatch:
         self._busy_s += max(0.0, seconds)
 
     def check(self, now: float, children: Mapping[str, Any], snap: Mapping[str, Mapping[str, float]]) -> list[Hang]:
-        """The live roles that are hung now (each process once); ``now`` is ``time.monotonic()``."""
+        """The live roles that are hung now (each process once); ``now`` is ``time.monotonic()`` read after
+        ``snap`` was taken (so that a pause before the snapshot shows as a gap here, not as heartbeat ages)."""
         gap = (now - self._checked_at - self._busy_s) if self._checked_at is not None else 0.0
         if gap > PAUSE_GAP_S:
             self._clocks_from = now

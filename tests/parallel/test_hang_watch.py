@@ -58,3 +58,36 @@ def test_work_does_not_forgive_a_hung_role_but_a_pause_does():
     paused, _ = watch()
     paused.check(0.0, children, quiet)
     assert paused.check(5.1, children, hung_row) == []  # a real 5 s pause: clocks restarted, not judged on it
+
+
+def test_a_stop_just_before_the_supervisor_reads_the_stats_is_a_pause_not_a_hang(monkeypatch):
+    """The supervisor reads its clock after the stats snapshot. A SIGSTOP of the whole run that lands after the
+    tick's clock read but before the snapshot made every role's heartbeat age the pause's length, measured
+    against a time read before it: no gap was seen, and every role was killed as hung (CI, 2026-11-27, in
+    test_supervision_findings.py's Ctrl-Z test). Here the stop lands in that window, on a fake clock."""
+    import time
+
+    from spreeze_like.supervisor import Supervisor
+
+    clock = [0.0]
+    monkeypatch.setattr(time, "monotonic", lambda: clock[0])
+    children, quiet = sampler(heartbeat_age_s=1.0)
+    _, after_stop = sampler(heartbeat_age_s=65.0)  # past the 60 s limit: it last beat before the stop
+    killed: list[int] = []
+    children["sampler-0"].kill_now, children["sampler-0"].restartable = (lambda: killed.append(1)), True
+    rows = iter([quiet, after_stop])
+
+    def snapshot() -> dict:
+        snap = next(rows)
+        if snap is after_stop:
+            clock[0] += 64.0  # the run was stopped for 64 s just before this read
+        return snap
+
+    hangs, said = watch()
+    supervisor = SimpleNamespace(hangs=hangs, children=children, block=SimpleNamespace(snapshot=snapshot),
+                                 say=said.append, failure=None)
+    Supervisor._check_hangs(supervisor)
+    clock[0] = 0.05  # the next tick
+    Supervisor._check_hangs(supervisor)
+    assert killed == [] and supervisor.failure is None
+    assert len(said) == 1 and "did not run for 64 s" in said[0]
