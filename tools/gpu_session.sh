@@ -19,7 +19,8 @@
 # Seen on the H100 (2026-11-26): setup 10 s, the bench ~150 s with every section (four inductor compiles
 # included), the tests: 100 s were not enough on 8 workers once the real compiled-graph runs joined.
 # Seen on the H200 (2026-11-27, all passing): the whole core phase 296 s (smoke 43, bench 82, tests 91 + 30
-# for kill -9, plan 30), the machine's start and transfers about 35 s more.
+# for kill -9, plan 30), the machine's start and transfers about 35 s more; in the evening 349 s (smoke 58,
+# bench 98, tests 148, plan 33), the lease's clock at 383 s after it.
 # The limits here add up to 10 + 75 + 200 + 170 + 60 + 45 = 560 s, inside one 600 s call; pass a
 # second argument for more test time, SECTIONS="steps critic peer dual sampling" for every section.
 #
@@ -35,16 +36,16 @@
 #           Each run stops at evaluation 1500 or 240 s, and a peer also at T / R s (--peer-stop-ratio, T our time
 #           to 1500 on that seed; R 0.25 for SB3 and 0.5 for SBX, the issue's targets): a peer still short of
 #           1500 there proves ours / peer <= R, printed '<=R': the peers' clocks stop at 2 T and 4 T s instead of
-#           240 s each (their evaluations and start-ups come on top; whether two seeds fit is not yet tried)
+#           240 s each (their evaluations and start-ups come on top). Both seeds took 368 s on the H200 (T 15-18 s)
 #   grid1   the autotune grid on HalfCheetah-v5 (tools/bench_autotune.py, 90 s a run), the 1st of two
 #           parts: three grid cells and the autotuned run with its probe; grid2: three cells and the
 #           defaults. Merge here: python tools/bench_autotune.py --report grid_part1.json grid_part2.json
 # Which phase next: what BENCHMARKS.md and the last closing note list as not measured on a GPU.
-# Two phases in one 15-minute lease: core (about 300 s with every test passing) then learn on the still
-# warm machine (call again within its 30 s idle window) with LEARN_S=480 for the learning's own limit
-# (whether one seed's three runs finish inside 480 s on a GPU is not yet known: the --json keeps those that
-# did, seed 2's too where it got that far; learn2 in a later lease re-runs seed 2 whole, and --report above
-# joins the two files).
+# Two phases in one 15-minute lease: core then learn on the still warm machine (call again within its 30 s
+# idle window) with LEARN_S set to what the lease has left less about 60 s (the evening of 2026-11-27 on the
+# H200: core 349 s, then LEARN_S=455 with 517 s left; learn took 368 s). A cut learn call keeps in its --json
+# the runs that finished, seed 2's too where it got that far; learn2 in a later lease re-runs seed 2 whole,
+# and --report above joins the two files. grid1 and grid2 take a lease each (575 s; not yet run on a device).
 set -u
 out=${1:?usage: [PHASE=core|learn|learn1|learn2|grid1|grid2] tools/gpu_session.sh OUTDIR [SECONDS_FOR_TESTS]}
 test_s=${2:-170}

@@ -223,12 +223,12 @@ class Critic(StackedQ):
     (checkpoints of format 1 held those separate networks; ``algos/layout_v1.py`` converts them).
     """
 
-    # On an H200 (2026-11-27, one call) the batched layers lost at large batches: the whole update at
-    # 65536 rows made 18.2 M frames/s stacked against 30.2 M with two separate networks (at 256: 1.11x
-    # for the stack). Between those, only the H100's separate figures of 2026-11-26 against the H200's
-    # stacked ones (two cards) place the crossing: about even at 4096, the stack ~0.65x at 16384. So a
-    # GPU runs the networks one by one from 16,384 rows (docs/gpu.md); tools/bench_gpu.py times both.
-    batched_max_rows = 16384
+    # The batched layers lose at large batches on a GPU. One H200 call (2026-11-27, 21:13 UTC) timed the
+    # whole update at each side of the old limit of 16,384: one by one / batched was 1.00x at 4096,
+    # 1.11x at 8192, 1.31x at 16384 and 1.62x at 65536 (29.4 M against 18.1 M frames/s; two separate
+    # networks 29.9 M); the stack wins at 256 (1.05x separate). So a GPU runs the networks one by one from
+    # 8,192 rows (docs/gpu.md); tools/bench_gpu.py times both sides of the limit each call.
+    batched_max_rows = 8192
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int], n_q: int = 2) -> None:
         super().__init__()
