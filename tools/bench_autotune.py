@@ -28,7 +28,8 @@ With ``--rounds N`` every configuration runs N times, in a shuffled order per ro
 shows medians (a shared machine's load drifts over a long benchmark). A command may run for at most
 a few minutes on some machines: split the grid over several invocations (``--cells``,
 ``--no-autotuned``, ``--no-defaults``), each writing its own JSON, and merge them with ``--report
-A.json B.json ...``.
+A.json B.json ...`` (tables: ``tools/autotune_grid_report.py``). The JSON is rewritten after every run, marked
+``partial`` until the last, so a call killed by a time limit keeps the runs that finished.
 
     python tools/bench_autotune.py --wall 90 --json all.json          # HalfCheetah-v5: default grid, autotuned, defaults
     python tools/bench_autotune.py --wall 90 --cells 1:256:1 1:8192:1 13:1024:0.25 --no-autotuned --no-defaults \\
@@ -57,6 +58,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+TOOLS_DIR = str(Path(__file__).resolve().parent)
+if TOOLS_DIR not in sys.path:  # autotune_grid_report beside this file (also when loaded by path, as the tests do)
+    sys.path.insert(0, TOOLS_DIR)
+
+from autotune_grid_report import ACCEPT, compare, median_row, merge, report
+
+__all__ = ["ACCEPT", "compare", "main", "merge", "report"]
+
 RUN = [sys.executable, "-m", "spreeze_like.run"]
 LONG_STEPS = "10000000"
 QUIET = ["--total-steps", LONG_STEPS, "--eval-every", "0", "--checkpoint-every", "0", "--log-interval", "0",
@@ -65,7 +74,6 @@ QUIET = ["--total-steps", LONG_STEPS, "--eval-every", "0", "--checkpoint-every",
 QUICK_WALL_S = 12.0
 QUICK_CELLS = ["1:256:1"]
 QUICK_PROBE_BUDGET = "2"
-ACCEPT = 0.9  # the autotuned run's share of the grid's best return progress
 
 
 def random_return(env_id: str, episodes: int = 10) -> float:
@@ -201,97 +209,6 @@ def run_cell(env_id: str, flags: list[str], wall_s: float, logdir: Path, xdg: st
     return row
 
 
-def _median(cells: list[dict[str, Any]]) -> dict[str, Any]:
-    """One configuration's runs as one row: median return and frames/s (the first run's settings)."""
-    ok = [c for c in cells if "error" not in c]
-    if not ok:
-        return cells[0]
-    row = dict(ok[0])
-    for key in ("return", "update_frames_hz", "env_steps", "load"):
-        if all(key in c for c in ok):
-            row[key] = statistics.median(c[key] for c in ok)
-    row["env_steps"] = int(row["env_steps"])
-    return row
-
-
-def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
-    """Several results files (parts of one grid) as one: grid rows united, autotuned/defaults from any part."""
-    merged: dict[str, Any] = {"wall_s": results[0]["wall_s"], "cores": results[0]["cores"],
-                              "rounds": max(r.get("rounds", 1) for r in results),
-                              "load_before": results[0]["load_before"], "load_after": results[-1]["load_after"],
-                              "parts": len(results), "envs": {}}
-    if len({r["wall_s"] for r in results}) > 1:
-        raise ValueError(f"the parts ran for different wall times ({sorted({r['wall_s'] for r in results})} s): "
-                         "returns at different times do not compare")
-    for r in results:
-        for env_id, e in r["envs"].items():
-            into = merged["envs"].setdefault(env_id, {"random_return": e["random_return"], "plan": "", "runs": {},
-                                                      "grid": {}})
-            into["grid"].update(e["grid"])
-            into["runs"].update(e.get("runs", {}))
-            for key in ("autotuned", "defaults"):
-                if e.get(key):
-                    into[key] = e[key]
-            into["plan"] = into["plan"] or e.get("plan", "")
-    return merged
-
-
-def compare(env: dict[str, Any]) -> dict[str, Any]:
-    """The acceptance figures of one env: each row's return progress, and the autotuned run's share of the best."""
-    zero = env["random_return"]
-    ok = {k: c for k, c in env["grid"].items() if "error" not in c and c["return"] == c["return"]}
-    best_name = max(ok, key=lambda k: ok[k]["return"], default="")
-    best = ok[best_name]["return"] if best_name else float("nan")
-
-    def progress(c: dict[str, Any]) -> float:
-        if "error" in c or not best > zero:  # no cell beat a random policy (or none finished an episode)
-            return float("nan")
-        return (c["return"] - zero) / (best - zero)
-
-    out: dict[str, Any] = {"best_cell": best_name, "best_return": best,
-                           "progress": {k: progress(c) for k, c in env["grid"].items()}}
-    for key in ("autotuned", "defaults"):
-        if env.get(key):
-            out[f"{key}_progress"] = progress(env[key])
-    a = out.get("autotuned_progress", float("nan"))
-    out["autotuned_pass"] = bool(a == a and a >= ACCEPT)
-    return out
-
-
-def report(results: dict[str, Any]) -> None:
-    """Print the table and the acceptance lines."""
-    print(f"\nautotune benchmark: {results['wall_s']:.0f} s per run, {results.get('rounds', 1)} round(s) (medians), "
-          f"{results['cores']} cores, load average {results['load_before'][0]:.1f} before, "
-          f"{results['load_after'][0]:.1f} after"
-          + (f", merged from {results['parts']} parts" if results.get("parts") else ""))
-    for env_id, r in results["envs"].items():
-        c = compare(r)
-        print(f"\n{env_id} (random policy {r['random_return']:,.1f}; grid best {c['best_cell'] or '-'})")
-        print(f"  {'run':<40}{'mode':>9}{'samp':>5}{'envs':>5}{'batch':>6}{'utd':>8}{'R':>6}{'env steps':>11}"
-              f"{'return':>10}{'progress':>9}{'frames/s':>11}")
-        rows = [*r["grid"].items()] + [(k, r[k]) for k in ("autotuned", "defaults") if r.get(k)]
-        for name, row in rows:
-            if "error" in row:
-                print(f"  {name:<40} failed: {row['error'][-200:]}")
-                continue
-            p = c["progress"].get(name, c.get(f"{name}_progress", float("nan")))
-            mode = "serial" if row["serial"] else "parallel"
-            print(f"  {name:<40}{mode:>9}{row['samplers']:>5}{row['envs_per_sampler']:>5}{row['batch_size']:>6}"
-                  f"{row['utd']:>8.4g}{row['replay_ratio']:>6.0f}{row['env_steps']:>11,}{row['return']:>10,.1f}"
-                  f"{p:>9.0%}{row['update_frames_hz']:>11,.0f}")
-        if "autotuned_progress" not in c:
-            print("  (no autotuned run in these results)")
-        elif not c["best_cell"]:
-            print("  (no comparison: no grid cell finished an episode within the wall time)")
-        elif not c["best_return"] > r["random_return"]:
-            print("  (no comparison: no grid cell beat a random policy within the wall time)")
-        else:
-            print(f"  autotuned vs the grid's best at {results['wall_s']:.0f} s: return progress "
-                  f"{c['autotuned_progress']:.0%} ({'PASS' if c['autotuned_pass'] else 'FAIL'} >= {ACCEPT:.0%})")
-        if "defaults_progress" in c and "autotuned_progress" in c:
-            print(f"  autotuned vs defaults: return {r['autotuned']['return']:,.1f} vs {r['defaults']['return']:,.1f}")
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--envs", nargs="+", default=["HalfCheetah-v5"])
@@ -377,6 +294,7 @@ def main(argv: list[str] | None = None) -> int:
             plan_text = plan.stdout
             print(plan_text, flush=True)
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
+        zero = random_return(env_id)  # before the runs: every snapshot below can be reported
         for r in range(args.rounds):
             order = list(configs)
             random.Random(r).shuffle(order)  # so that a drifting load hits no configuration systematically
@@ -385,19 +303,35 @@ def main(argv: list[str] | None = None) -> int:
                 cell["load"] = os.getloadavg()[0]
                 runs[name].append(cell)
                 print(f"{env_id} round {r} {name}: {cell}", flush=True)
-        merged = {name: _median(cells_) for name, cells_ in runs.items()}
-        results["envs"][env_id] = {"random_return": random_return(env_id), "plan": plan_text, "runs": runs,
-                                   "grid": {k: v for k, v in merged.items() if k not in ("autotuned", "defaults")},
-                                   "autotuned": merged.get("autotuned"), "defaults": merged.get("defaults")}
-        results["envs"][env_id]["comparison"] = compare(results["envs"][env_id])
+                results["envs"][env_id] = env_results(zero, plan_text, runs)
+                # a call cut by a time limit (a lent machine's 600 s) keeps the runs finished so far
+                write_results(results, out, args.json, partial=True)
+        results["envs"][env_id] = env_results(zero, plan_text, runs)
     results["load_after"] = os.getloadavg()
     report(results)
-    text = json.dumps(results, indent=2)
-    (out / "results.json").write_text(text)
-    if args.json:
-        Path(args.json).write_text(text)
+    write_results(results, out, args.json, partial=False)
     print(f"\nresults: {out / 'results.json'}" + (f" and {args.json}" if args.json else ""))
     return 0
+
+
+def env_results(zero: float, plan_text: str, runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """One env's entry of the results from the runs finished so far (configurations not run yet left out)."""
+    merged = {name: median_row(cells) for name, cells in runs.items() if cells}
+    entry = {"random_return": zero, "plan": plan_text, "runs": {k: v for k, v in runs.items() if v},
+             "grid": {k: v for k, v in merged.items() if k not in ("autotuned", "defaults")},
+             "autotuned": merged.get("autotuned"), "defaults": merged.get("defaults")}
+    entry["comparison"] = compare(entry)
+    return entry
+
+
+def write_results(results: dict[str, Any], out: Path, json_path: str, partial: bool) -> None:
+    """``<out>/results.json`` (and ``--json``): the whole results, or with ``partial`` set the runs so far."""
+    snapshot = {**results, "partial": True, "load_after": os.getloadavg()} if partial else results
+    text = json.dumps(snapshot, indent=2)
+    for path in filter(None, [out / "results.json", json_path and Path(json_path)]):
+        tmp = Path(f"{path}.tmp")
+        tmp.write_text(text)
+        tmp.replace(path)  # a kill between two writes leaves the previous snapshot whole
 
 
 def _slug(name: str) -> str:

@@ -40,6 +40,7 @@
 #   grid1   the autotune grid on HalfCheetah-v5 (tools/bench_autotune.py, 90 s a run), the 1st of two
 #           parts: three grid cells and the autotuned run with its probe; grid2: three cells and the
 #           defaults. Merge here: python tools/bench_autotune.py --report grid_part1.json grid_part2.json
+#           (the --json is rewritten after each run: a cut call keeps the runs that finished)
 # Which phase next: what BENCHMARKS.md and the last closing note list as not measured on a GPU.
 # Two phases in one 15-minute lease: core then learn on the still warm machine (call again within its 30 s
 # idle window) with LEARN_S set to what the lease has left less about 60 s (the evening of 2026-11-27 on the
@@ -83,6 +84,10 @@ elif [ "$phase" = grid1 ] || [ "$phase" = grid2 ]; then
   k=${phase#grid}
   timeout 575 python3 tools/bench_autotune.py --wall 90 --part "$k/2" --out /tmp/grid \
     --json "$out/grid_part$k.json" 2>&1 | tee "$out/grid.log" | tail -30
+  # cut by the limit: the report of the runs that finished (the file is rewritten after each run)
+  if grep -q '"partial"' "$out/grid_part$k.json" 2>/dev/null; then
+    timeout 20 python3 tools/bench_autotune.py --report "$out/grid_part$k.json" 2>&1 | tee -a "$out/grid.log" | tail -20
+  fi
   stamp "grid part $k done"
 fi
 if [ "$phase" != core ]; then

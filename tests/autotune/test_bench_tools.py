@@ -148,3 +148,42 @@ def test_parts_of_a_grid_merge_into_one_table(tmp_path, capsys):
         paths[-1].write_text(json.dumps(part))
     assert bench.main(["--report", *map(str, paths)]) == 0
     assert "merged from 2 parts" in capsys.readouterr().out
+
+
+def test_a_call_cut_short_keeps_the_runs_that_finished(tmp_path, monkeypatch, capsys):
+    """The --json is rewritten after every run with ``partial`` set, so a call killed by a time limit (a lent
+    machine's 600 s) still has a report of what finished; the finished file has no ``partial``."""
+    bench = _tool("bench_autotune")
+    monkeypatch.setattr(bench, "random_return", lambda env_id: -300.0)
+    calls = []
+
+    def fake_run(env_id, flags, wall_s, logdir, xdg):
+        calls.append(flags)
+        if len(calls) == 3:
+            raise KeyboardInterrupt  # stands for the kill: nothing after the second run is written
+        return _row(1000.0 + 100 * len(calls), flags=flags, batch_size=int(flags[flags.index("--batch-size") + 1]))
+
+    monkeypatch.setattr(bench, "run_cell", fake_run)
+    out, path = tmp_path / "out", tmp_path / "part.json"
+    cells = ["1:256:1", "2:1024:0.25", "2:2048:0.125"]
+    with pytest.raises(KeyboardInterrupt):
+        bench.main(["--envs", "Pendulum-v1", "--cells", *cells, "--no-autotuned", "--no-defaults", "--wall", "5",
+                    "--out", str(out), "--json", str(path)])
+    cut = json.loads(path.read_text())
+    assert cut["partial"] is True and json.loads((out / "results.json").read_text()) == cut
+    grid = cut["envs"]["Pendulum-v1"]["grid"]
+    assert len(grid) == 2 and sorted(r["return"] for r in grid.values()) == [1100.0, 1200.0]
+    assert cut["envs"]["Pendulum-v1"]["comparison"]["best_return"] == 1200.0
+    assert not list(tmp_path.rglob("*.tmp"))
+    capsys.readouterr()
+    assert bench.main(["--report", str(path)]) == 0
+    printed = capsys.readouterr().out
+    assert "1 of the files cut short" in printed
+    assert sum(line.startswith("  samplers=") for line in printed.splitlines()) == 2  # the table's rows
+    # run to the end: the same file, whole, without the mark
+    calls.clear()
+    monkeypatch.setattr(bench, "run_cell", lambda *a: (calls.append(a[1]), _row(900.0, flags=a[1]))[1])
+    assert bench.main(["--envs", "Pendulum-v1", "--cells", *cells, "--no-autotuned", "--no-defaults", "--wall", "5",
+                       "--out", str(out), "--json", str(path)]) == 0
+    whole = json.loads(path.read_text())
+    assert "partial" not in whole and len(whole["envs"]["Pendulum-v1"]["grid"]) == 3 and len(calls) == 3
