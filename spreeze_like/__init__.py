@@ -10,10 +10,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
-__all__ = ["TrainConfig", "TrainResult", "__version__", "train"]
+__all__ = ["Policy", "TrainConfig", "TrainResult", "__version__", "load_policy", "train"]
 
 if TYPE_CHECKING:
     from spreeze_like.config import TrainConfig
+    from spreeze_like.policy import Policy, load_policy
     from spreeze_like.training import TrainResult, train
 
 
@@ -31,4 +32,8 @@ def __getattr__(name: str) -> Any:
         from spreeze_like.training import TrainResult
 
         return TrainResult
+    if name in ("load_policy", "Policy"):
+        from spreeze_like import policy
+
+        return getattr(policy, name)
     raise AttributeError(f"module 'spreeze_like' has no attribute {name!r}")
