@@ -38,15 +38,18 @@
 #           1500 there proves ours / peer <= R, printed '<=R': the peers' clocks stop at 2 T and 4 T s instead of
 #           240 s each (their evaluations and start-ups come on top). Both seeds took 368 s on the H200 (T 15-18 s)
 #   grid1   the autotune grid on HalfCheetah-v5 (tools/bench_autotune.py, 90 s a run), the 1st of two
-#           parts: three grid cells and the autotuned run with its probe; grid2: three cells and the
-#           defaults. Merge here: python tools/bench_autotune.py --report grid_part1.json grid_part2.json
+#           parts: three grid cells and the autotuned run with its probe; grid2: the other three cells (no
+#           defaults run: it would repeat the cell 1 sampler x batch 256 x UTD 1). GRID_S: the call's own limit
+#           (575 s). Merge here: python tools/bench_autotune.py --report grid_part1.json grid_part2.json
 #           (the --json is rewritten after each run: a cut call keeps the runs that finished)
 # Which phase next: what BENCHMARKS.md and the last closing note list as not measured on a GPU.
 # Two phases in one 15-minute lease: core then learn on the still warm machine (call again within its 30 s
 # idle window) with LEARN_S set to what the lease has left less about 60 s (the evening of 2026-11-27 on the
 # H200: core 349 s, then LEARN_S=455 with 517 s left; learn took 368 s). A cut learn call keeps in its --json
 # the runs that finished, seed 2's too where it got that far; learn2 in a later lease re-runs seed 2 whole,
-# and --report above joins the two files. grid1 and grid2 take a lease each (575 s; not yet run on a device).
+# and --report above joins the two files. grid1 then grid2 in one lease (not yet run on a device; estimated,
+# not measured: grid1 ~500 s with the 60 s probe, grid2 ~300 s): grid2 with GRID_S = what is left less ~50 s,
+# its --json keeps the runs that finished if that cuts it.
 set -u
 out=${1:?usage: [PHASE=core|learn|learn1|learn2|grid1|grid2] tools/gpu_session.sh OUTDIR [SECONDS_FOR_TESTS]}
 test_s=${2:-170}
@@ -82,7 +85,8 @@ if [ "${phase#learn}" != "$phase" ]; then
   stamp "learning seeds $seeds done"
 elif [ "$phase" = grid1 ] || [ "$phase" = grid2 ]; then
   k=${phase#grid}
-  timeout 575 python3 tools/bench_autotune.py --wall 90 --part "$k/2" --out /tmp/grid \
+  # --no-defaults: a run with no setting flags is the grid's first cell (1 sampler, batch 256, UTD 1) again
+  timeout "${GRID_S:-575}" python3 tools/bench_autotune.py --wall 90 --part "$k/2" --no-defaults --out /tmp/grid \
     --json "$out/grid_part$k.json" 2>&1 | tee "$out/grid.log" | tail -30
   # cut by the limit: the report of the runs that finished (the file is rewritten after each run)
   if grep -q '"partial"' "$out/grid_part$k.json" 2>/dev/null; then
