@@ -8,15 +8,21 @@ that into one note on stderr and points this process's stdout at ``/dev/null`` (
 Python's ``signal`` docs), so later lines, and the flush at interpreter exit, go nowhere quietly
 while the run trains on. Every process of a run that prints (supervisor, monitor, evaluator, the
 serial mode, ``--list-presets``, the profiler) prints through here. Owns no files or threads.
+
+:func:`exit_status` is the commands' shared ending: a user-facing error is one ``error: ...`` line on
+stderr and its exit status (2), Ctrl-C one line and 130, never a traceback.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Callable
 from typing import TextIO
 
-__all__ = ["CLOSED_NOTE", "flush_stdout", "say"]
+from spreeze_like.errors import SpreezeError
+
+__all__ = ["CLOSED_NOTE", "exit_status", "flush_stdout", "say"]
 
 CLOSED_NOTE = ("[spreeze] stdout is closed (the reader of the pipe quit): console lines from here on are dropped; "
                "TensorBoard and the run folder keep the record")
@@ -31,6 +37,18 @@ def say(line: str, file: TextIO | None = None) -> None:
         print(line, file=stream, flush=True)
     except BrokenPipeError:
         _detach(stream)
+
+
+def exit_status(body: Callable[[], int], interrupted: str = "interrupted") -> int:
+    """``body()``'s exit status; a :class:`SpreezeError` is its one line and status, Ctrl-C ``interrupted`` and 130."""
+    try:
+        return body()
+    except SpreezeError as exc:
+        say(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        say(interrupted, file=sys.stderr)
+        return 130
 
 
 def flush_stdout() -> None:

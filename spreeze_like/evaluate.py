@@ -16,23 +16,18 @@ from __future__ import annotations
 import argparse
 import statistics
 import sys
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
-from spreeze_like.console import say
-from spreeze_like.errors import USAGE_EXIT_CODE, SpreezeError
+from spreeze_like.console import exit_status, say
 
 if TYPE_CHECKING:
     from spreeze_like.policy import Policy
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:  # one line, not argparse's usage block
-        say(f"error: {message} (see python -m spreeze_like.evaluate --help)", file=sys.stderr)
-        raise SystemExit(USAGE_EXIT_CODE)
-
-
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = _Parser(prog="python -m spreeze_like.evaluate", description=__doc__.split("\n\n")[0])
+    from spreeze_like.config_fields import OneLineParser
+
+    parser = OneLineParser(prog="python -m spreeze_like.evaluate", description=__doc__.split("\n\n")[0])
     parser.add_argument("path", help="a run folder (its newest checkpoint) or a checkpoint file")
     parser.add_argument("--episodes", type=int, default=10, help="whole episodes to run (default 10)")
     parser.add_argument("--seed", type=int, default=None,
@@ -72,18 +67,15 @@ def run_episodes(policy: Policy, episodes: int, seed: int | None, render: str | 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    return exit_status(lambda: evaluate(args))
+
+
+def evaluate(args: argparse.Namespace) -> int:
     from spreeze_like.policy import load_policy
 
-    try:
-        policy = load_policy(args.path)
-        say(f"{policy.algo} policy for {policy.env_id} after {policy.env_steps:,} env steps ({policy.checkpoint})")
-        results = run_episodes(policy, args.episodes, args.seed, args.render)
-    except SpreezeError as exc:
-        say(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        say("interrupted", file=sys.stderr)
-        return 130
+    policy = load_policy(args.path)
+    say(f"{policy.algo} policy for {policy.env_id} after {policy.env_steps:,} env steps ({policy.checkpoint})")
+    results = run_episodes(policy, args.episodes, args.seed, args.render)
     for i, (ret, length) in enumerate(results):
         say(f"episode {i}: return {ret:.1f}, {length} steps")
     returns = [r for r, _ in results]

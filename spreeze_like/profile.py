@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from spreeze_like.console import say
-from spreeze_like.errors import ConfigError, SpreezeError
+from spreeze_like.console import exit_status, say
+from spreeze_like.errors import ConfigError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -98,44 +98,42 @@ def main(argv: list[str] | None = None) -> int:
     def progress(line: str) -> None:
         say(f"[profile {time.monotonic() - t0:5.1f} s] {line}")
 
-    try:
-        from spreeze_like.autotune import cache, hardware
-        from spreeze_like.autotune.probe import probe_machine
-        from spreeze_like.autotune.report import report_text, write_tensorboard
+    return exit_status(lambda: profile(args, progress))
 
-        settings, kept = run_settings(args.env, args.algo, args.hidden_sizes)
-        algo, hidden = settings.algo, list(settings.hidden_sizes)
-        path = cache.cache_path(hardware.fingerprint(), args.env, algo, hidden)
-        if args.cached:
-            results = cache.load_cached(path)
-            if results is None:
-                raise ConfigError(f"no cached probe results for {args.env} on this machine ({path}); "
-                                  "run without --cached to measure")
-        else:
-            results = probe_machine(args.env, algo, hidden, args.budget, args.devices, progress)
-            try:
-                cache.save_results(results, path)
-            except OSError as exc:
-                progress(f"could not update the probe cache {path}: {exc.strerror or exc}")
-        out_dir = _output_dir(args.logdir)
-        json_path = Path(args.json) if args.json else out_dir / "profile.json"
+
+def profile(args: argparse.Namespace, progress: Any) -> int:
+    """Probe (or read the cache), write the JSON and TensorBoard files, print the report and the plan."""
+    from spreeze_like.autotune import cache, hardware
+    from spreeze_like.autotune.probe import probe_machine
+    from spreeze_like.autotune.report import report_text, write_tensorboard
+
+    settings, kept = run_settings(args.env, args.algo, args.hidden_sizes)
+    algo, hidden = settings.algo, list(settings.hidden_sizes)
+    path = cache.cache_path(hardware.fingerprint(), args.env, algo, hidden)
+    if args.cached:
+        results = cache.load_cached(path)
+        if results is None:
+            raise ConfigError(f"no cached probe results for {args.env} on this machine ({path}); "
+                              "run without --cached to measure")
+    else:
+        results = probe_machine(args.env, algo, hidden, args.budget, args.devices, progress)
         try:
-            json_path.parent.mkdir(parents=True, exist_ok=True)
-            json_path.write_text(results.to_json() + "\n")
+            cache.save_results(results, path)
         except OSError as exc:
-            raise ConfigError(f"cannot write {json_path}: {exc.strerror or exc}; pass --json with a writable path") from None
-        write_tensorboard(results, out_dir)
-        say(report_text(results))
-        if not args.no_plan:
-            from spreeze_like.autotune.apply import explicit_fields, parallel_mode_available
-            from spreeze_like.autotune.plan import make_plan
-            say(make_plan(results, settings, explicit_fields(settings, kept), parallel_mode_available()).text())
-    except SpreezeError as exc:
-        say(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        say("interrupted", file=sys.stderr)
-        return 130
+            progress(f"could not update the probe cache {path}: {exc.strerror or exc}")
+    out_dir = _output_dir(args.logdir)
+    json_path = Path(args.json) if args.json else out_dir / "profile.json"
+    try:
+        json_path.parent.mkdir(parents=True, exist_ok=True)
+        json_path.write_text(results.to_json() + "\n")
+    except OSError as exc:
+        raise ConfigError(f"cannot write {json_path}: {exc.strerror or exc}; pass --json with a writable path") from None
+    write_tensorboard(results, out_dir)
+    say(report_text(results))
+    if not args.no_plan:
+        from spreeze_like.autotune.apply import explicit_fields, parallel_mode_available
+        from spreeze_like.autotune.plan import make_plan
+        say(make_plan(results, settings, explicit_fields(settings, kept), parallel_mode_available()).text())
     say(f"JSON: {json_path}\nTensorBoard: tensorboard --logdir {out_dir}\nprobe cache: {path}")
     return 0
 

@@ -13,45 +13,42 @@ from __future__ import annotations
 
 import sys
 
-from spreeze_like.console import say
-from spreeze_like.errors import SpreezeError
+from spreeze_like.console import exit_status, say
 
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the process exit status."""
+    return exit_status(lambda: run(argv), interrupted="interrupted; resume with --resume <run folder>")
+
+
+def run(argv: list[str] | None) -> int:
+    """Parse the command line, then list the presets, print the plan, or train and print the outcome."""
     from spreeze_like.config import ALGOS
     from spreeze_like.flags import parse_command_line
     from spreeze_like.layering import checked_presets, lay_presets, settings_lines
     from spreeze_like.presets import format_default_algos, format_presets
 
-    try:
-        line = parse_command_line(argv)
-        config = line.config
-        if line.list_presets:
-            if "algo" in line.sources:
-                algos = [config.algo]
-            else:
-                algos = list(ALGOS)
-                say(format_default_algos())
-            say(format_presets([checked_presets(algo, config.presets) for algo in algos]))
-            return 0
-        if config.plan_only:
-            from spreeze_like.autotune.apply import autotune
+    line = parse_command_line(argv)
+    config = line.config
+    if line.list_presets:
+        if "algo" in line.sources:
+            algos = [config.algo]
+        else:
+            algos = list(ALGOS)
+            say(format_default_algos())
+        say(format_presets([checked_presets(algo, config.presets) for algo in algos]))
+        return 0
+    if config.plan_only:
+        from spreeze_like.autotune.apply import autotune
 
-            config, sources = lay_presets(config, line.sources)
-            for text in settings_lines(config, sources):
-                say(text)
-            autotune(config, set(sources))
-            return 0
-        from spreeze_like.training import train
+        config, sources = lay_presets(config, line.sources)
+        for text in settings_lines(config, sources):
+            say(text)
+        autotune(config, set(sources))
+        return 0
+    from spreeze_like.training import train
 
-        result = train(config, sources=line.sources)
-    except SpreezeError as exc:
-        say(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt:
-        say("interrupted; resume with --resume <run folder>", file=sys.stderr)
-        return 130
+    result = train(config, sources=line.sources)
     returns = ", ".join(f"{r:.1f}" for r in result.final_eval_returns)
     say(
         f"final evaluation: mean return {result.final_eval_return:.1f} over {len(result.final_eval_returns)} "

@@ -72,3 +72,28 @@ def test_list_presets_into_a_closed_pipe_is_quiet():
         os.close(write_end)
     assert proc.returncode == 0, proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_exit_status_turns_errors_and_ctrl_c_into_one_line_each(capsys):
+    """The commands' shared ending (run, evaluate, profile): a body's status as is, a user-facing error as its
+    one line and status 2, Ctrl-C as the command's line and 130; any other exception is a bug and propagates."""
+    from spreeze_like.console import exit_status
+    from spreeze_like.errors import CheckpointError
+
+    assert exit_status(lambda: 0) == 0 and capsys.readouterr().err == ""
+
+    def fails() -> int:
+        raise CheckpointError("no checkpoint in x; give another run folder")
+
+    def interrupted() -> int:
+        raise KeyboardInterrupt
+
+    def broken() -> int:
+        raise RuntimeError("a bug")
+
+    assert exit_status(fails) == 2
+    assert capsys.readouterr().err == "error: no checkpoint in x; give another run folder\n"
+    assert exit_status(interrupted, interrupted="interrupted; resume with --resume <run folder>") == 130
+    assert capsys.readouterr().err == "interrupted; resume with --resume <run folder>\n"
+    with pytest.raises(RuntimeError):
+        exit_status(broken)
