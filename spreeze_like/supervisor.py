@@ -63,10 +63,10 @@ from spreeze_like.procs.control import (
     STARTING,
     SUPERVISOR,
     ChildArgs,
-    error_file,
     parallel_schema,
     process_start_time,
     set_state,
+    take_error_line,
 )
 from spreeze_like.procs.descendants import Reaper
 from spreeze_like.procs.hangs import HangWatch
@@ -310,9 +310,9 @@ class Supervisor:
     def _on_death(self, child: RoleProcess, now: float) -> None:
         how = describe_exit(child.last_exit)
         if child.last_exit == EXIT_USER_ERROR:  # a one-line user error (bad checkpoint, env raising on reset)
-            self.user_error = self.failure = self._take_error_line(child)
+            self.user_error = self.failure = take_error_line(self.run_dir, child.role)
         elif child.last_exit == EXIT_ROLE_ERROR:  # a training failure the child explained (NaN/inf in a learner)
-            self.failure = f"{self._take_error_line(child)}. The run stopped; {self._resume_hint()}"
+            self.failure = f"{take_error_line(self.run_dir, child.role)}. The run stopped; {self._resume_hint()}"
         elif self.state == "exiting":
             return  # told to exit
         elif not child.restartable:
@@ -382,17 +382,6 @@ class Supervisor:
             extra["remote_samplers"] = self._remote_info
         write_status(self.run_dir, self.run_id, self.state, steps, self.config.total_steps, self.last_checkpoint(),
                      self.failure, self.children, snap, final=force, guard=self.status_guard, extra=extra)
-
-    def _take_error_line(self, child: RoleProcess) -> str:
-        """The one line a child left in its error file (removed once read), or a generic one."""
-        path = error_file(self.run_dir, child.role)
-        try:
-            said = path.read_text().strip()
-        except OSError:
-            said = ""
-        path.unlink(missing_ok=True)
-        # no line: it could not write its file (a full disk), so it printed the line above instead
-        return said or f"{child.role} failed (its message is above)"
 
     def _resume_hint(self) -> str:
         return resume_hint(self.last_checkpoint(), self.run_dir)

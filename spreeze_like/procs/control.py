@@ -231,6 +231,18 @@ def error_file(run_dir: str | Path, role: str) -> Path:
     return Path(run_dir) / f".error.{role}.txt"
 
 
+def take_error_line(run_dir: str | Path, role: str) -> str:
+    """The supervisor's side of :func:`error_file`: the line a dead child left (the file removed once
+    read), or a generic line where it could write none (a full disk: it printed the line instead)."""
+    path = error_file(run_dir, role)
+    try:
+        said = path.read_text().strip()
+    except OSError:
+        said = ""
+    path.unlink(missing_ok=True)
+    return said or f"{role} failed (its message is above)"
+
+
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 

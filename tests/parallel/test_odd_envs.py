@@ -87,3 +87,14 @@ def test_finding17_env_constructor_raising_ends_the_cli_with_one_line(tmp_path):
     line = the_error_line(run_cli("--env", TINY + "TinyCtorRaises-v0", "--logdir", str(tmp_path / "runs")))
     assert "making env 'trainer.tiny_envs:TinyCtorRaises-v0' raised RuntimeError at tiny_envs.py:" in line
     assert line.endswith("simulator licence not found; fix the env or pick another")
+
+
+def test_the_supervisor_takes_a_childs_error_line_once(tmp_path):
+    """The error-file protocol (procs/control.py): a dead child's one line is read and removed; with no file
+    (it could not write one: a full disk) the supervisor says where the message is instead."""
+    from spreeze_like.procs.control import error_file, take_error_line
+
+    error_file(tmp_path, "evaluator").write_text("env 'X-v0' raised ValueError on reset; fix the env\n")
+    assert take_error_line(tmp_path, "evaluator") == "env 'X-v0' raised ValueError on reset; fix the env"
+    assert not error_file(tmp_path, "evaluator").exists()
+    assert take_error_line(tmp_path, "evaluator") == "evaluator failed (its message is above)"
