@@ -55,6 +55,7 @@ def run(argv: list[str] | None) -> int:
         f"episodes ({returns}) after {result.env_steps:,} env steps, {result.wall_s:.0f} s"
     )
     say(f"run folder: {result.run_dir}   (tensorboard --logdir {result.run_dir.parent})")
+    say(f"its policy: python -m spreeze_like.evaluate {result.run_dir}   (or spreeze_like.load_policy in Python)")
     return 0
 
 

@@ -67,6 +67,7 @@ def test_smoke_run_learns_and_leaves_nothing(smoke_run):
     assert int(match.group(2).replace(",", "")) == 6000
     final = float(match.group(1))
     assert f"run folder: {run_dir}" in proc.stdout
+    assert f"its policy: python -m spreeze_like.evaluate {run_dir}" in proc.stdout
     assert_nothing_left(run_dir)
     status = read_status(run_dir)
     assert status["state"] == "finished" and status["env_steps"] == 6000
