@@ -177,12 +177,17 @@ def _new_run_dir(config: TrainConfig) -> Path:
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    """Write ``path`` whole or not at all (tmp file, fsync, rename); a failed write leaves no tmp file behind."""
+    """``data`` as indented JSON, written as :func:`write_text_atomic` writes."""
+    write_text_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+
+
+def write_text_atomic(path: Path, text: str) -> None:
+    """Write ``path`` whole or not at all (tmp file, fsync, rename); a failed write leaves no tmp file behind.
+    Also the benchmarks' result files: a time limit's kill mid-write keeps the previous whole file."""
     tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}")
     try:
         with open(tmp, "w") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
+            f.write(text)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)

@@ -327,11 +327,11 @@ def env_results(zero: float, plan_text: str, runs: dict[str, list[dict[str, Any]
 def write_results(results: dict[str, Any], out: Path, json_path: str, partial: bool) -> None:
     """``<out>/results.json`` (and ``--json``): the whole results, or with ``partial`` set the runs so far."""
     snapshot = {**results, "partial": True, "load_after": os.getloadavg()} if partial else results
+    from spreeze_like.rundir import write_text_atomic
+
     text = json.dumps(snapshot, indent=2)
     for path in filter(None, [out / "results.json", json_path and Path(json_path)]):
-        tmp = Path(f"{path}.tmp")
-        tmp.write_text(text)
-        tmp.replace(path)  # a kill between two writes leaves the previous snapshot whole
+        write_text_atomic(path, text)  # a kill mid-write leaves the previous snapshot whole
 
 
 def _slug(name: str) -> str:

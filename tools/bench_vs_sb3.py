@@ -84,6 +84,7 @@ from peers_runners import PEERS, run_peer, run_peer_child
 
 from spreeze_like.autotune.hardware import cpu_model, driver_gpu_models, usable_cores
 from spreeze_like.errors import ConfigError, SpreezeError
+from spreeze_like.rundir import write_text_atomic
 
 # env -> (threshold_train, threshold_eval, learning_starts, peers' learning rate, total steps, eval_every)
 ENV_DEFAULTS: dict[str, tuple[float, float, int, float, int, int]] = {
@@ -244,7 +245,7 @@ def main(argv: list[str] | None = None) -> dict:
             records.append(record)
             print(f"  done {record.name} seed {seed}: {record.wall_s:.1f} s, load {load_line()}", flush=True)
             if args.json:  # the raw records so far: a command cut short (a time limit) keeps its finished runs
-                Path(args.json).write_text(results_json(records, settings))
+                write_text_atomic(Path(args.json), results_json(records, settings))
 
         for seed in args.seeds:
             ours: list[RunRecord] = []
@@ -274,7 +275,7 @@ def report_again(args: argparse.Namespace) -> dict:
 def write_outputs(records: list[RunRecord], settings: dict, figures: dict, args: argparse.Namespace) -> dict:
     """The --json file (figures, records, settings) and the curves, as asked; returns ``figures``."""
     if args.json:
-        Path(args.json).write_text(results_json(records, settings, figures))
+        write_text_atomic(Path(args.json), results_json(records, settings, figures))
     if args.curves_dir:
         write_curves_and_png(records, args)
     return figures
