@@ -10,8 +10,9 @@ temporary files of a killed writer are ignored by the loader and removed by the 
 Payload (a plain dict, loadable with ``torch.load(weights_only=True)``): ``format_version``, the
 resolved ``config``, counters (``env_steps``, ``updates``, ...), the ``generation`` (resume count),
 every role's ``state_dict`` (networks, optimisers, SAC's log_alpha, per-role RNG generators,
-sampler counters) and the process RNG states (python, numpy, torch). The replay buffer is not
-saved (it can be GBs); a resumed run refills it before the learners continue.
+sampler counters) and the process RNG states (python, numpy, torch). The replay buffer is not in
+it (it can be GBs): ``--save-replay`` writes it beside the final checkpoint of a session
+(:mod:`spreeze_like.replay.persist`); without one a resumed run refills it before the learners continue.
 
 Every way a checkpoint can be unusable is a one-line :class:`~spreeze_like.errors.CheckpointError`.
 A payload holding a NaN or inf tensor is never written (:class:`~spreeze_like.errors.NonFiniteError`):
@@ -61,6 +62,14 @@ def make_run_subfolder(run_dir: str | Path, *names: str) -> Path:
         raise CheckpointError(f"cannot create {folder}: {exc.strerror or exc}; free space there (or pick another "
                               "--logdir), then --resume the run from its last good checkpoint") from None
     return folder
+
+
+def checkpoint_step(path: str | Path) -> int:
+    """The env step in a checkpoint's file name (``ckpt_<env_step>.pt``)."""
+    match = _NAME.match(Path(path).name)
+    if match is None:
+        raise ValueError(f"{path} is not named like a checkpoint (ckpt_<env step>.pt)")
+    return int(match.group(1))
 
 
 def list_checkpoints(run_dir: str | Path) -> list[Path]:

@@ -175,6 +175,9 @@ class TrainConfig:
     tb_interval: float = _f(2.0, "seconds between TensorBoard writes of the aggregated scalars")
     checkpoint_every: int = _f(10_000, "env steps between checkpoints (0: only the final one)")
     keep_checkpoints: int = _f(2, "how many recent checkpoints to keep")
+    save_replay: bool = _f(False, "at the end of each session (end of training, Ctrl-C, SIGTERM) also save the replay "
+                           "buffer beside the final checkpoint, so that --resume continues with it instead of an empty "
+                           "buffer (about 170 MB per 1M HalfCheetah transitions; only the newest is kept)")
     resume: str = _f("", "continue the run in this run folder from its newest checkpoint", metavar="RUN_DIR")
     # --- process layout ----------------------------------------------------------------------------
     max_restarts: int = _f(

@@ -58,7 +58,8 @@ HELP_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("devices and speed", ("actor_device", "critic_device", "precision", "learner_step", "device_replay",
                            "updates_per_graph", "torch_threads")),
     ("evaluation, logging and checkpoints", ("eval_every", "eval_episodes", "stop_at_return", "logdir",
-                                             "log_interval", "tb_interval", "checkpoint_every", "keep_checkpoints")),
+                                             "log_interval", "tb_interval", "checkpoint_every", "keep_checkpoints",
+                                             "save_replay")),
     ("faults (parallel mode)", ("max_restarts", "sampler_hang_s", "learner_hang_s", "evaluator_hang_s")),
     ("mode and autotuning", ("serial", "autotune", "plan_only", "reprobe", "probe_budget")),
 )

@@ -7,6 +7,7 @@ actor learner, evaluator, monitor) are stepped in turn by one loop:
     once replay holds max(batch_size, learning_starts): critic updates at the UTD ratio,
         each followed by the actor updates it makes due (policy_delay)
     every eval_every env steps: a deterministic evaluation; every checkpoint_every: a checkpoint
+    at the end (or a stop): the final checkpoint, and with --save-replay the replay beside it
     the monitor writes TensorBoard every tb_interval seconds
 
 With a fixed seed the run is reproducible exactly (one thread, seeded streams per role, a
@@ -52,6 +53,7 @@ from spreeze_like.config import TrainConfig
 from spreeze_like.errors import CheckpointError, NonFiniteError
 from spreeze_like.metrics import stats_schema
 from spreeze_like.procs.children import StopSignals
+from spreeze_like.replay.persist import keep_replay, resume_replay
 from spreeze_like.results import TrainResult
 from spreeze_like.roles import build
 from spreeze_like.roles.monitor import Monitor
@@ -97,8 +99,12 @@ class SerialTrainer:
         self.update_credit = 0.0
         self.evals: list[tuple[int, float, float]] = []
         self.t0 = time.monotonic()
+        self.preloaded = 0  # replay rows a resume loaded (--save-replay)
         if context.payload is not None:
             self._restore(context.payload)
+            hook = critic_replay.tree.set_max if config.prioritized else None
+            self.preloaded = resume_replay(self.storage, context.run_dir, config.env, context.start_step, hook,
+                                           print_fn)
         self.start_step = context.start_step
         self.monitor = Monitor(
             context.run_dir,
@@ -110,6 +116,7 @@ class SerialTrainer:
             log_interval=config.log_interval,
             purge_step=self.start_step + 1 if context.payload is not None else None,
             print_fn=print_fn,
+            preloaded=self.preloaded,
         )
 
     # --- the loop -------------------------------------------------------------------------------------------
@@ -154,6 +161,8 @@ class SerialTrainer:
                 history = self.evaluator.history
                 final = history[-1] if history and history[-1].env_step == steps else self._evaluate(steps)
             last_checkpoint = self.save_checkpoint()
+            if cfg.save_replay:
+                keep_replay(self.storage, self.context.run_dir, self.env_steps(), cfg.env, self.print_fn)
         except KeyboardInterrupt:  # a second signal (or the caller's own, off the main thread): no checkpoint
             # the handler already ignores further signals (StopSignals.hold): this close is not cut short
             self.print_fn(f"[spreeze] forced stop at {self.env_steps():,} env steps; {self._resume_hint()}")

@@ -77,6 +77,7 @@ from spreeze_like.procs.shutdown import force_stop, shutdown
 from spreeze_like.procs.status import eval_history, trim_eval_history, write_status
 from spreeze_like.remote.info_file import read_remote_info
 from spreeze_like.remote.sizing import remote_batch_rows
+from spreeze_like.replay.persist import resume_replay
 from spreeze_like.results import TrainResult
 from spreeze_like.rundir import RunContext
 from spreeze_like.seeding import derive_seed
@@ -106,6 +107,7 @@ class Supervisor:
         self.signals = StopSignals()
         self.children: dict[str, RoleProcess] = {}
         self.owned: OwnedSegments | None = None
+        self.preloaded = 0  # replay rows a resume loaded (--save-replay)
         self.state = "starting"
         self.failure: str | None = None
         self.user_error: str | None = None
@@ -198,9 +200,12 @@ class Supervisor:
                                     self.run_dir, self.say)
         self.ckpt = CheckpointCoordinator(self.run_dir, self.control, cfg, self.context.generation, self.restored,
                                           self.context.checkpoint_path)
+        if self.context.payload is not None:  # an earlier session's --save-replay: continue with its transitions
+            self.preloaded = resume_replay(self.owned.storage(), self.run_dir, cfg.env, self.context.start_step,
+                                           self.owned.new_row_hook(), self.say)
         # Samplers may collect the warm-up while the learners are still importing torch: the critic
         # learner's first allowance is set here, before the critic (its row's only other writer) exists.
-        start = pacing.learn_after(cfg.batch_size, cfg.learning_starts)
+        start = pacing.session_learn_after(cfg.batch_size, cfg.learning_starts, self.preloaded)
         self.block.role("critic-learner").set("allowance", float(pacing.data_allowance(0, start, cfg.utd, self.lead)))
         if self.context.payload is not None:  # the evaluation history continues from the checkpoint
             trim_eval_history(self.run_dir, self.context.start_step)
@@ -208,7 +213,7 @@ class Supervisor:
     def _spawn_all(self) -> None:
         cfg = self.config
         roles: list[tuple[str, str, bool, dict[str, Any]]] = [
-            ("critic-learner", "critic_learner_proc", False, {"lead": self.lead}),
+            ("critic-learner", "critic_learner_proc", False, {"lead": self.lead, "preloaded": self.preloaded}),
             ("actor-learner", "actor_learner_proc", False, {}),
         ]
         # local samplers only: the remote rows are the bridge's (their quotas are in the control row)
@@ -220,7 +225,7 @@ class Supervisor:
                 "first": first, "count": count, "lead": self.lead, "address": self.ray_address,
                 "restored": {i: self.restored[i] for i in range(first, first + count)}}))
         roles += [("evaluator", "evaluator_proc", True, {"t0": self.t0}),
-                  ("monitor", "monitor_proc", True, {"t0": self.t0})]
+                  ("monitor", "monitor_proc", True, {"t0": self.t0, "preloaded": self.preloaded})]
         for role, module, restartable, extra in roles:
             index = int(role.split("-")[1]) if role.startswith("sampler-") else 0
             self.children[role] = RoleProcess(self.ctx, role, module, self._args_maker(role, index, extra), restartable,

@@ -107,7 +107,9 @@ class CriticLoop(LearnerLoop):
         cfg = args.config
         super().__init__(args, learner, control, row)
         self.feeder, self.storage, self.actor_row, self.sampler_rows = feeder, storage, actor_row, sampler_rows
-        self.start = pacing.learn_after(cfg.batch_size, cfg.learning_starts)
+        # rows a resume loaded into replay (--save-replay) count toward the warm-up, not toward this session's data
+        self.preloaded = int(args.extra.get("preloaded", 0))
+        self.start = pacing.session_learn_after(cfg.batch_size, cfg.learning_starts, self.preloaded)
         self.utd, self.lead, self.delay = cfg.utd, int(args.extra["lead"]), max(1, cfg.policy_delay)
         self.session = 0
         self.t0: float | None = None
@@ -132,13 +134,13 @@ class CriticLoop(LearnerLoop):
                 flushed = self._idle(flushed, napper)
                 continue
             flushed = False
-            has_budget = self.session < pacing.critic_budget(self.storage.inserted, self.start, self.utd)
+            has_budget = self.session < pacing.critic_budget(self._new_rows(), self.start, self.utd)
             # Drain in batches: when the budget is spent (the next update needs data) or a lead's worth
             # waits. A drain's cost is mostly per call, so one row per update would cost ~5 % of the
             # critic's time on a small network; a batch of ~lead rows makes it negligible.
             if thread is None and (not has_budget or self.feeder.backlog() >= self.lead):
                 self.feeder.drain()
-                has_budget = self.session < pacing.critic_budget(self.storage.inserted, self.start, self.utd)
+                has_budget = self.session < pacing.critic_budget(self._new_rows(), self.start, self.utd)
             if has_budget:
                 actor_total = int(self.actor_row.get("total_updates"))
                 if pacing.actor_lag(self.learner.updates, actor_total, self.delay) > pacing.MAX_ACTOR_LAG:
@@ -152,6 +154,10 @@ class CriticLoop(LearnerLoop):
             else:
                 set_state(row, WAITING)
                 row.add("data_wait_s", napper.nap())
+
+    def _new_rows(self) -> int:
+        """Transitions this session put into replay (the feeder's, not those a resume loaded)."""
+        return self.storage.inserted - self.preloaded
 
     def _samplers_done(self) -> bool:
         """Every sampler has stopped stepping (it marks ``done`` after its last write), so no record is in flight."""

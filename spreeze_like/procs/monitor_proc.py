@@ -80,7 +80,8 @@ def run(args: ChildArgs) -> None:
         monitor = Monitor(args.run_dir, block.snapshot, cfg.to_dict(), cfg.total_steps, start_step=args.start_step,
                           tb_interval=cfg.tb_interval, log_interval=cfg.log_interval,
                           purge_step=args.start_step + 1 if resumed and args.restarts == 0 else None,
-                          print_fn=_print, session_start=args.extra.get("t0"))
+                          print_fn=_print, session_start=args.extra.get("t0"),
+                          preloaded=int(args.extra.get("preloaded", 0)))
         extra = ParallelScalars([shm.ring(i, None) for i in range(cfg.sampler_rows)])  # remote rows' rings too
         nap = min(0.1, max(0.02, cfg.tb_interval / 4))
         evaluator = block.role("evaluator")

@@ -38,6 +38,13 @@ def learn_after(batch_size: int, learning_starts: int) -> int:
     return max(batch_size, learning_starts)
 
 
+def session_learn_after(batch_size: int, learning_starts: int, preloaded: int = 0) -> int:
+    """This session's transitions before its first update: :func:`learn_after` less the rows a resume loaded
+    into replay (``--save-replay``), at least 1. With a full enough saved replay the first new transition
+    earns ``utd`` updates, as the serial mode counts (its replay size already holds the loaded rows)."""
+    return max(1, learn_after(batch_size, learning_starts) - preloaded)
+
+
 def critic_budget(inserted: int, start: int, utd: float) -> int:
     """Critic updates allowed after ``inserted`` transitions entered replay in this session.
 

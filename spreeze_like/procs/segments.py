@@ -131,6 +131,23 @@ class OwnedSegments:
         """``shm.json``: the segment names, so a user or ``tools/`` can find and remove them by hand."""
         path.write_text(json.dumps({"run_id": self.plan.run_id, "segments": self.plan.names()}, indent=2) + "\n")
 
+    def storage(self) -> Any:
+        """A view of the replay storage this process created: the resume's loader and the end's saver of
+        ``--save-replay`` (:mod:`spreeze_like.replay.persist`); drop it before :meth:`unlink_all`."""
+        from spreeze_like.replay import ReplayStorage
+
+        p = self.plan
+        return ReplayStorage(self.replay.mmap, p.capacity, p.obs_dim, p.act_dim, create=False)
+
+    def new_row_hook(self) -> Any:
+        """What a row added by this process must run before it is published: the sum tree's ``set_max`` with
+        prioritized replay (the row gets the largest priority, as the critic's own adds do), else None."""
+        from spreeze_like.replay import SumTree
+
+        if self.prio is None:
+            return None
+        return SumTree(self.prio.mmap, self.plan.capacity, create=False).set_max
+
     def unlink_all(self) -> list[str]:
         """Unlink every segment of the run created by this process (idempotent); returns names removed."""
         for handle in (self.stats, *self.rings, self.replay, self.prio, self.actor_board, self.critic_board):

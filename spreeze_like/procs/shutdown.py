@@ -4,7 +4,8 @@ Stop order (end of training, Ctrl-C, SIGTERM or a failure): samplers stop (phase
 learners then catch up to the UTD budget on the data collected; ``HALT``: they only finish the
 update in hand), a final checkpoint is assembled, the final evaluation runs (normal end only),
 phase ``EXIT`` lets the monitor flush TensorBoard and every child return, children are joined,
-segments unlinked. A second Ctrl-C or SIGTERM skips to the joins (children killed), still
+with ``--save-replay`` the replay is saved beside that checkpoint (no process writes to it any more;
+:mod:`spreeze_like.replay.persist`), segments unlinked. A second Ctrl-C or SIGTERM skips to the joins (children killed), still
 unlinking; from then on further signals are ignored until the cleanup is done (exit status 130
 after Ctrl-C, 143 after SIGTERM, the final ``status.json`` written).
 
@@ -31,7 +32,7 @@ import time
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from spreeze_like.checkpoint import interrupted_line
+from spreeze_like.checkpoint import checkpoint_step, interrupted_line
 from spreeze_like.errors import SpreezeError
 from spreeze_like.ipc.stats_block import StatsBlock
 from spreeze_like.procs.control import EXIT, FINISH, HALT
@@ -39,6 +40,7 @@ from spreeze_like.procs.descendants import kill_tagged
 from spreeze_like.procs.evaluator_proc import read_results
 from spreeze_like.procs.parts import LEARNERS, remove_parts
 from spreeze_like.procs.status import eval_history, write_startup
+from spreeze_like.replay.persist import keep_replay
 from spreeze_like.results import TrainResult
 
 if TYPE_CHECKING:
@@ -92,12 +94,14 @@ def shutdown(sup: Supervisor, t0: float) -> TrainResult:
             sup.say("[spreeze] stopping: samplers stopped, learners finish their update, then a checkpoint "
                     "(press Ctrl-C again to force)")
         settled = wait_for(sup, lambda: learners_done(sup.block), HALT_WAIT_S, stop_on_signal=False)
+    before = sup.last_checkpoint()
     if settled and sup.failure is None:
         timeout = 60.0 if finished else HALT_WAIT_S
         sup.ckpt.ask()
         wait_for(sup, lambda: sup.finish_checkpoint(sup.block.snapshot(), timeout), timeout + 5.0,
                  stop_on_signal=False)
         sup.startup["t_checkpointed"] = time.monotonic()
+    checkpointed = sup.last_checkpoint() != before
     final = final_evaluation(sup) if finished and sup.failure is None else None
     sup.startup["t_evaluated"] = time.monotonic()
     if finished:  # a short run on a loaded machine can end before the (deferred) monitor is up
@@ -112,6 +116,10 @@ def shutdown(sup: Supervisor, t0: float) -> TrainResult:
     for child in sup.children.values():
         child.stop(deadline)
     sup.startup["t_joined"] = time.monotonic()
+    if sup.config.save_replay and checkpointed and sup.failure is None:  # nothing writes to replay any more
+        with sup.signals.deferred():  # a forcing signal lets the replay being written finish first
+            keep_replay(sup.owned.storage(), sup.run_dir, checkpoint_step(sup.last_checkpoint()), sup.config.env,
+                        sup.say)
     snap = sup.block.snapshot()
     steps = sup.global_step(snap)
     write_startup(sup.run_dir, sup.startup, sup.children, snap)

@@ -40,7 +40,7 @@ from typing import Any
 import psutil
 
 from spreeze_like.curves import CurveWriter
-from spreeze_like.procs.pacing import learn_after
+from spreeze_like.procs.pacing import session_learn_after
 from spreeze_like.remote.info_file import read_remote_info
 
 _GiB = float(2**30)
@@ -146,6 +146,7 @@ class Monitor:
         print_fn: Callable[[str], None] = print,
         clock: Callable[[], float] = time.monotonic,
         session_start: float | None = None,
+        preloaded: int = 0,
     ) -> None:
         from spreeze_like.event_writer import EventWriter
 
@@ -171,8 +172,10 @@ class Monitor:
                                   warn=print_fn)
         self.eval_episodes = int(config.get("eval_episodes", 1))
         self.before = self._read()
-        # updates start once this session stored this many (the pacing rule, shared with serial mode)
-        self.learn_after = learn_after(int(config.get("batch_size", 1)), int(config.get("learning_starts", 0)))
+        # updates start once this session stored this many (the pacing rule, shared with serial mode); rows a
+        # resume loaded into replay (--save-replay) count toward it
+        self.learn_after = session_learn_after(int(config.get("batch_size", 1)), int(config.get("learning_starts", 0)),
+                                               preloaded)
         self.sample_hz_ema: float | None = None
         self.recent_return: float | None = None
         self.last_eval: float | None = None

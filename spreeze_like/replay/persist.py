@@ -1,0 +1,227 @@
+"""The replay buffer saved beside a run's checkpoints (``--save-replay``) and loaded again by ``--resume``.
+
+Why: without it a resumed run starts from an empty buffer. It refills ``max(batch_size,
+learning_starts)`` transitions with its restored policy and then trains on a buffer that holds only
+the newest few thousand transitions of one policy, which is not where the networks were trained (a
+dip in the learning curve; BENCHMARKS.md, "Resume with and without the saved replay"). A preempted
+run (SIGTERM) should continue as if it had not stopped.
+
+When it is written: at the end of a session (the end of training, Ctrl-C, SIGTERM), after the final
+checkpoint, by the process that owns the storage once nothing writes to it any more: the serial
+trainer itself; in the parallel mode the supervisor after every role has been joined, before it
+unlinks the segments. Not at the periodic checkpoints: a HalfCheetah buffer of 1M transitions is
+about 170 MB (Humanoid's 3 GB), too much to write every few minutes, and the critic's feeder is
+writing into it then. So a run killed with SIGKILL resumes with the newest replay saved by an earlier
+session end, or with none.
+
+Layout: ``<run>/checkpoints/replay_<env step, 10 digits>/`` holding ``meta.json`` (format, env id,
+dims, rows, the env step of the checkpoint written with it) and one ``.npy`` per column, rows oldest
+first (so loading is a plain FIFO append). The folder is written under a temporary name, each file
+fsynced, then renamed into place and the parent fsynced: a crash leaves the previous replay folder or
+the new one, never a torn one under a final name; a killed writer's temporary folder is removed by
+the next save. Only the newest replay folder is kept.
+
+Loading trusts nothing: ``.npy`` files are read without pickle, every column's dtype and shape is
+checked against ``meta.json`` and against the env's dimensions, and a folder that fails any check is
+a one-line :class:`~spreeze_like.errors.CheckpointError` saying to delete it (the run then resumes
+with an empty buffer, as without ``--save-replay``). Prioritized replay: the tree's priorities are
+not saved; loaded rows get the largest priority seen, as new rows do, and TD errors re-rank them as
+they are sampled. Odd-generation slots (a writer killed mid-chunk) are left out.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from spreeze_like.errors import CheckpointError
+from spreeze_like.replay.storage import ReplayStorage
+
+FORMAT = 1
+COLUMNS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
+_NAME = re.compile(r"^replay_(\d{10,})$")
+_TMP_PREFIX = ".replay_tmp."
+LOAD_CHUNK = 65_536  # rows appended per storage.add while loading (bounds the copy's extra memory)
+
+
+@dataclass(frozen=True)
+class SavedReplay:
+    """What :func:`save_replay` wrote, or what :func:`load_replay` appended."""
+
+    path: Path
+    rows: int
+    env_step: int  # the env step of the checkpoint it was written with
+
+
+def replay_folders(checkpoints: Path) -> list[Path]:
+    """Final-named replay folders in a run's checkpoint folder, oldest first."""
+    if not checkpoints.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in checkpoints.iterdir() if (m := _NAME.match(p.name)) and p.is_dir()]
+    return [p for _, p in sorted(found)]
+
+
+def _fifo_slots(storage: ReplayStorage) -> np.ndarray:
+    """The filled slots, oldest row first, without those a killed writer left half-written (odd generation)."""
+    inserted, capacity = storage.inserted, storage.capacity
+    if inserted <= capacity:
+        slots = np.arange(inserted, dtype=np.int64)
+    else:
+        start = inserted % capacity
+        slots = np.concatenate([np.arange(start, capacity, dtype=np.int64), np.arange(start, dtype=np.int64)])
+    return slots[storage.generations[slots] % 2 == 0]
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def save_replay(storage: ReplayStorage, checkpoints: Path, env_step: int, env_id: str) -> SavedReplay:
+    """Write ``storage``'s rows to ``checkpoints/replay_<env_step>/`` and remove every older replay folder.
+
+    The caller guarantees that nothing adds to the storage meanwhile. Raises OSError on a failed write
+    (a full disk): nothing partial is left and the previous replay folder stays.
+    """
+    for stale in checkpoints.glob(f"{_TMP_PREFIX}*"):  # a killed writer's leftovers
+        shutil.rmtree(stale, ignore_errors=True)
+    final = checkpoints / f"replay_{env_step:010d}"
+    tmp = checkpoints / f"{_TMP_PREFIX}{os.getpid()}"
+    slots = _fifo_slots(storage)
+    meta = {"format": FORMAT, "env": env_id, "obs_dim": storage.obs_dim, "act_dim": storage.act_dim,
+            "rows": int(slots.size), "env_step": int(env_step)}
+    try:
+        tmp.mkdir()
+        for name in COLUMNS:
+            with open(tmp / f"{name}.npy", "wb") as f:
+                np.save(f, getattr(storage, name)[slots], allow_pickle=False)
+                f.flush()
+                os.fsync(f.fileno())
+        with open(tmp / "meta.json", "w") as f:
+            json.dump(meta, f)
+            f.flush()
+            os.fsync(f.fileno())
+        _fsync_path(tmp)
+        if final.exists():  # the same step saved again (a resume stopped before its first new step)
+            shutil.rmtree(final)
+        os.replace(tmp, final)
+        _fsync_path(checkpoints)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+    for old in replay_folders(checkpoints):
+        if old != final:
+            shutil.rmtree(old, ignore_errors=True)
+    return SavedReplay(final, int(slots.size), int(env_step))
+
+
+def _read_meta(folder: Path) -> dict:
+    try:
+        meta = json.loads((folder / "meta.json").read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{folder}/meta.json is unreadable ({type(exc).__name__}); delete {folder} to resume "
+                              "with an empty replay buffer") from None
+    keys = ("format", "env", "obs_dim", "act_dim", "rows", "env_step")
+    if not isinstance(meta, dict) or any(k not in meta for k in keys) or meta["format"] != FORMAT:
+        raise CheckpointError(f"{folder} is not a spreeze_like replay of format {FORMAT}; delete it to resume with an "
+                              "empty replay buffer")
+    return meta
+
+
+def _read_columns(folder: Path, meta: dict) -> dict[str, np.ndarray]:
+    """Every column memory-mapped, checked for dtype and shape (no pickle, nothing read into memory yet)."""
+    rows, obs_dim, act_dim = int(meta["rows"]), int(meta["obs_dim"]), int(meta["act_dim"])
+    shapes = {"obs": (rows, obs_dim), "action": (rows, act_dim), "next_obs": (rows, obs_dim)}
+    columns = {}
+    for name in COLUMNS:
+        path = folder / f"{name}.npy"
+        try:
+            array = np.load(path, mmap_mode="r", allow_pickle=False)
+        except (OSError, ValueError, EOFError) as exc:
+            raise CheckpointError(f"{path} is corrupt or unreadable ({type(exc).__name__}); delete {folder} to resume "
+                                  "with an empty replay buffer") from None
+        if array.dtype != np.float32 or array.shape != shapes.get(name, (rows,)):
+            raise CheckpointError(f"{path} holds {array.dtype}{list(array.shape)}, not float32"
+                                  f"{list(shapes.get(name, (rows,)))}; delete {folder} to resume with an empty replay "
+                                  "buffer")
+        columns[name] = array
+    return columns
+
+
+def load_replay(checkpoints: Path, storage: ReplayStorage, env_id: str,
+                on_written: Callable[[np.ndarray], object] | None = None) -> SavedReplay | None:
+    """Append the newest saved replay of a run to an empty ``storage`` (FIFO: its newest rows when the storage is
+    smaller); None when the run has none. ``on_written`` as in :meth:`ReplayStorage.add` (the sum tree's
+    ``set_max`` for prioritized replay). Raises CheckpointError, adding nothing, for a replay that is not this
+    env's or does not read back."""
+    found = replay_folders(checkpoints)
+    if not found:
+        return None
+    folder = found[-1]
+    meta = _read_meta(folder)
+    if meta["env"] != env_id or (meta["obs_dim"], meta["act_dim"]) != (storage.obs_dim, storage.act_dim):
+        raise CheckpointError(f"{folder} holds transitions of env {meta['env']!r} with obs/action dims "
+                              f"{meta['obs_dim']}/{meta['act_dim']}, not {env_id!r} with {storage.obs_dim}/"
+                              f"{storage.act_dim}; delete it to resume with an empty replay buffer")
+    columns = _read_columns(folder, meta)
+    if storage.inserted:
+        raise ValueError("load_replay needs an empty storage")
+    rows = int(meta["rows"])
+    first = max(0, rows - storage.capacity)  # a smaller --buffer-size keeps the newest rows
+    chunk = min(LOAD_CHUNK, storage.capacity)
+    try:
+        for lo in range(first, rows, chunk):
+            hi = min(rows, lo + chunk)
+            storage.add(*(np.asarray(columns[name][lo:hi]) for name in COLUMNS), on_written=on_written)
+    except (OSError, ValueError) as exc:  # a file truncated after its header was read
+        raise CheckpointError(f"{folder} does not read back ({type(exc).__name__}: {exc}); delete it to resume with "
+                              "an empty replay buffer") from None
+    return SavedReplay(folder, rows - first, int(meta["env_step"]))
+
+
+def describe_loaded(loaded: SavedReplay, checkpoint_step: int) -> str:
+    """The resume's line about the replay it continues with."""
+    when = ("saved with this checkpoint" if loaded.env_step == checkpoint_step else
+            f"saved at {loaded.env_step:,} env steps, the checkpoint at {checkpoint_step:,}: the transitions "
+            "between the two are not in it")
+    return f"[spreeze] replay: {loaded.rows:,} transitions loaded from {loaded.path.name} ({when})"
+
+
+# --- what the two modes call: the supervisor (parallel) and the serial trainer ---------------------------------
+def resume_replay(storage: ReplayStorage, run_dir: Path, env_id: str, checkpoint_step: int,
+                  on_written: Callable[[np.ndarray], object] | None, say: Callable[[str], None]) -> int:
+    """At a resume, before any role adds a row: the newest saved replay into the empty storage. Returns the rows
+    loaded (0 without a saved replay: the run refills its buffer as it always did). The loader gives up the
+    writer role afterwards, so the critic's feeder (another process) may add next."""
+    try:
+        loaded = load_replay(Path(run_dir) / "checkpoints", storage, env_id, on_written)
+    finally:
+        storage.release_writer()
+    if loaded is None:
+        return 0
+    say(describe_loaded(loaded, checkpoint_step))
+    return loaded.rows
+
+
+def keep_replay(storage: ReplayStorage, run_dir: Path, env_step: int, env_id: str,
+                say: Callable[[str], None]) -> SavedReplay | None:
+    """At a session's end, after its final checkpoint: save the replay (``--save-replay``). A failed write (a full
+    disk) is one line, not a failure of the run: its checkpoint is written, and a resume refills the buffer."""
+    try:
+        saved = save_replay(storage, Path(run_dir) / "checkpoints", env_step, env_id)
+    except OSError as exc:
+        say(f"[spreeze] replay not saved ({exc.strerror or exc}): the checkpoint is written, and a resume refills "
+            "the replay buffer; free space there to keep it next time")
+        return None
+    say(f"[spreeze] replay: {saved.rows:,} transitions saved in {saved.path}")
+    return saved
