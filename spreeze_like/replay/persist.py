@@ -217,11 +217,17 @@ def keep_replay(storage: ReplayStorage, run_dir: Path, env_step: int, env_id: st
                 say: Callable[[str], None]) -> SavedReplay | None:
     """At a session's end, after its final checkpoint: save the replay (``--save-replay``). A failed write (a full
     disk) is one line, not a failure of the run: its checkpoint is written, and a resume refills the buffer."""
+    checkpoints = Path(run_dir) / "checkpoints"
     try:
-        saved = save_replay(storage, Path(run_dir) / "checkpoints", env_step, env_id)
-    except OSError as exc:
-        say(f"[spreeze] replay not saved ({exc.strerror or exc}): the checkpoint is written, and a resume refills "
-            "the replay buffer; free space there to keep it next time")
+        saved = save_replay(storage, checkpoints, env_step, env_id)
+    except OSError as exc:  # ENOSPC from a write, or numpy's short-write error (no errno) from np.save
+        row_bytes = 4 * (2 * storage.obs_dim + storage.act_dim + 3)
+        try:
+            free = f"{shutil.disk_usage(checkpoints).free / 2**20:,.0f} MiB free there"
+        except OSError:
+            free = "the folder is gone"
+        say(f"[spreeze] replay not saved ({exc.strerror or exc}; it needs {storage.size * row_bytes / 2**20:,.0f} "
+            f"MiB, {free}): the checkpoint is written, and a resume refills the replay buffer")
         return None
     say(f"[spreeze] replay: {saved.rows:,} transitions saved in {saved.path}")
     return saved

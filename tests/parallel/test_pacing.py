@@ -19,6 +19,21 @@ def test_budget_matches_the_serial_count():
     assert pacing.critic_budget(200, 200, 0.25) == 0 and pacing.critic_budget(203, 200, 0.25) == 1
 
 
+@given(preloaded=st.integers(0, 3000), new=st.integers(0, 3000), batch=st.sampled_from([64, 256]),
+       starts=st.sampled_from([0, 1000, 2500]), utd=st.sampled_from([0.25, 0.5, 1.0, 2.0]))
+def test_a_resume_with_a_saved_replay_counts_like_the_serial_loop(preloaded, new, batch, starts, utd):
+    """--save-replay: the serial loop earns utd updates for every transition collected once its replay (loaded rows
+    included) holds learn_after; the parallel critic's budget over this session's rows must be that count."""
+    learn_after, size, credit = pacing.learn_after(batch, starts), preloaded, 0.0
+    for _ in range(new):  # serial.py's loop, one transition per step
+        size += 1
+        if size >= learn_after:
+            credit += utd
+    start = pacing.session_learn_after(batch, starts, preloaded)
+    assert pacing.critic_budget(new, start, utd) == int(credit + 1e-9)
+    assert start == learn_after if preloaded == 0 else start >= 1
+
+
 @given(updates=st.integers(0, 100_000), start=st.integers(1, 10_000), utd=st.sampled_from([0.1, 0.25, 0.5, 1.0, 2.0,
                                                                                           3.0, 8.0]))
 def test_allowance_is_the_data_the_next_update_needs_plus_the_lead(updates, start, utd):

@@ -1,0 +1,103 @@
+"""--save-replay end to end through the CLI: the replay saved at a session's end and loaded by --resume.
+
+What it must do: a resumed run continues with the transitions it had (no second warm-up: every new
+transition earns its updates at once, the serial count) in both modes and across them; a SIGTERM
+stop saves the replay beside its checkpoint; a replay that is not this run's is one line and exit 2,
+before anything runs; nothing is left behind (the autouse fixture and assert_nothing_left).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+
+import pytest
+
+from spreeze_like.checkpoint import load_latest
+from spreeze_like.replay.persist import replay_folders
+
+from .helpers import TINY_ARGS, assert_nothing_left, interrupt, only_run_dir, run_cli, start_long_run
+
+LEARN_AFTER = 300  # TINY_ARGS: --learning-starts 300, --batch-size 64
+
+
+def _meta(run_dir) -> dict:
+    folders = replay_folders(run_dir / "checkpoints")
+    assert len(folders) == 1, folders  # only the newest is kept
+    return json.loads((folders[0] / "meta.json").read_text())
+
+
+@pytest.mark.parametrize(("first", "then"), [("serial", "serial"), ("parallel", "parallel"), ("serial", "parallel")])
+def test_a_resume_continues_with_the_saved_replay_and_no_second_warm_up(tmp_path, first, then):
+    mode = {"serial": ["--serial"], "parallel": ["--no-serial"]}
+    done = run_cli(*TINY_ARGS, *mode[first], "--total-steps", "600", "--save-replay", "--logdir", str(tmp_path / "runs"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path / "runs")
+    payload, _ = load_latest(run_dir)
+    assert payload["critic_updates"] == 600 - LEARN_AFTER + 1
+    assert _meta(run_dir) == {"format": 1, "env": "Pendulum-v1", "obs_dim": 3, "act_dim": 1, "rows": 600,
+                              "env_step": 600}
+    assert "[spreeze] replay: 600 transitions saved in " in done.stdout
+
+    again = run_cli("--resume", str(run_dir), *mode[then], "--total-steps", "900")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert ("[spreeze] replay: 600 transitions loaded from replay_0000000600 (saved with this checkpoint)"
+            in again.stdout)
+    resumed, _ = load_latest(run_dir)
+    # every one of the 300 new transitions earned its update (without the replay: 300 - 299 = 1 update)
+    assert resumed["env_steps"] == 900 and resumed["critic_updates"] == payload["critic_updates"] + 300
+    assert resumed["config"]["serial"] == (then == "serial")
+    assert _meta(run_dir)["rows"] == 900 and _meta(run_dir)["env_step"] == 900
+    if then == "parallel":  # its segments and processes (a serial run makes none; the autouse fixture checks both)
+        assert_nothing_left(run_dir)
+
+
+def test_sigterm_saves_the_replay_beside_its_checkpoint_and_the_resume_loads_it(tmp_path):
+    log = tmp_path / "term.log"
+    proc, run_dir = start_long_run(tmp_path / "runs", log, "--save-replay", min_steps=700)
+    try:
+        interrupt(proc, signal.SIGTERM, timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    assert proc.returncode == 143, text[-3000:]
+    payload, _ = load_latest(run_dir)
+    stopped = payload["env_steps"]
+    meta = _meta(run_dir)
+    # the replay holds what the critic drained by the stop: the checkpoint's steps, less what was still in a ring
+    # (the samplers stay at most a lead, 64 here, ahead of the critic's allowance)
+    assert meta["env_step"] == stopped and 0 <= stopped - meta["rows"] <= 2 * 64 and meta["rows"] > LEARN_AFTER
+    assert_nothing_left(run_dir)
+
+    again = run_cli("--resume", str(run_dir), "--total-steps", str(stopped + 200))
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert f"[spreeze] replay: {meta['rows']:,} transitions loaded" in again.stdout
+    resumed, _ = load_latest(run_dir)
+    assert resumed["critic_updates"] == payload["critic_updates"] + 200
+    assert_nothing_left(run_dir)
+
+
+def test_a_replay_of_another_env_is_one_line_and_exit_2(tmp_path):
+    done = run_cli(*TINY_ARGS, "--serial", "--total-steps", "400", "--save-replay", "--logdir", str(tmp_path / "runs"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path / "runs")
+    folder = replay_folders(run_dir / "checkpoints")[0]
+    meta = json.loads((folder / "meta.json").read_text())
+    (folder / "meta.json").write_text(json.dumps({**meta, "env": "MountainCarContinuous-v0", "obs_dim": 2}))
+    backup = tmp_path / "ckpts"
+    shutil.copytree(run_dir / "checkpoints", backup)
+    for then in (["--no-serial"], ["--serial"]):
+        refused = run_cli("--resume", str(run_dir), *then, "--total-steps", "600")
+        assert refused.returncode == 2, refused.stdout[-3000:] + refused.stderr[-3000:]
+        lines = refused.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: ") and "MountainCarContinuous-v0" in lines[0]
+        assert "delete it to resume with an empty replay buffer" in lines[0] and str(folder) in lines[0]
+        assert "Traceback" not in refused.stdout + refused.stderr
+    # nothing lost: the checkpoints and the replay folder are as they were
+    assert sorted(p.name for p in (run_dir / "checkpoints").iterdir()) == sorted(p.name for p in backup.iterdir())
+    shutil.rmtree(folder)
+    third = run_cli("--resume", str(run_dir), "--serial", "--total-steps", "600")
+    assert third.returncode == 0 and "transitions loaded" not in third.stdout  # refilled, as without a replay
+    assert "[spreeze] replay: 200 transitions saved" in third.stdout  # --save-replay stays on, from config.json
