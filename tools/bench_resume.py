@@ -43,17 +43,28 @@ def cli(args: list[str], log: Path) -> float:
     return time.monotonic() - t0
 
 
-def evals(run_dir: Path, after: int = 0) -> list[tuple[int, float]]:
-    rows = [json.loads(line) for line in (run_dir / "evals.jsonl").read_text().splitlines() if line.strip()]
-    return [(int(r["env_step"]), float(r["mean_return"])) for r in rows if int(r["env_step"]) > after]
-
-
-def critic_updates(run_dir: Path) -> int:
+def _newest_checkpoint(run_dir: Path) -> dict[str, Any]:
     import torch
 
     from spreeze_like.checkpoint import list_checkpoints
 
-    return int(torch.load(list_checkpoints(run_dir)[-1], weights_only=True)["critic_updates"])
+    return torch.load(list_checkpoints(run_dir)[-1], weights_only=True)
+
+
+def evals(run_dir: Path, after: int = 0) -> list[tuple[int, float]]:
+    """(env step, mean return) of the run's evaluations past ``after``: the parallel mode's evals.jsonl (its final
+    checkpoint is written before the final evaluation), else the serial mode's history in its final checkpoint."""
+    path = run_dir / "evals.jsonl"
+    if path.exists():
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        found = [(int(r["env_step"]), float(r["mean_return"])) for r in rows]
+    else:
+        found = [(int(s), float(r)) for s, r, _ in _newest_checkpoint(run_dir)["evals"]]
+    return [(s, r) for s, r in found if s > after]
+
+
+def critic_updates(run_dir: Path) -> int:
+    return int(_newest_checkpoint(run_dir)["critic_updates"])
 
 
 def one_seed(args: argparse.Namespace, seed: int, root: Path, extra: list[str]) -> dict[str, Any]:
@@ -111,14 +122,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-episodes", type=int, default=5)
     parser.add_argument("--undisturbed", action="store_true", help="also one session to --total per seed")
     parser.add_argument("--set", nargs="*", default=[], metavar="FLAG=VALUE",
-                        help="more run flags for every session, e.g. samplers=2 (as --samplers 2)")
+                        help="more run flags for every session, e.g. samplers=2 (as --samplers 2), hidden_sizes='64 64'")
     parser.add_argument("--json", default="", metavar="PATH", help="also write the results here")
     args = parser.parse_args(argv)
     if not 0 < args.first < args.total:
         print("error: --first must be > 0 and below --total", file=sys.stderr)
         return 2
     extra = [part for item in args.set for part in (f"--{item.partition('=')[0].replace('_', '-')}",
-                                                     item.partition("=")[2])]
+                                                     *item.partition("=")[2].split())]
     root = Path(tempfile.mkdtemp(prefix="bench_resume_"))
     print(f"# load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; cpus {os.cpu_count()}; {args.env}, "
           f"seeds {args.seeds}, {args.first:,} then {args.total:,} env steps; runs in {root}", flush=True)

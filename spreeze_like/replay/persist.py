@@ -191,9 +191,14 @@ def load_replay(checkpoints: Path, storage: ReplayStorage, env_id: str,
 
 def describe_loaded(loaded: SavedReplay, checkpoint_step: int) -> str:
     """The resume's line about the replay it continues with."""
-    when = ("saved with this checkpoint" if loaded.env_step == checkpoint_step else
-            f"saved at {loaded.env_step:,} env steps, the checkpoint at {checkpoint_step:,}: the transitions "
-            "between the two are not in it")
+    if loaded.env_step == checkpoint_step:
+        when = "saved with this checkpoint"
+    elif loaded.env_step < checkpoint_step:  # the newest checkpoint is a periodic one (the run was killed)
+        when = (f"saved at {loaded.env_step:,} env steps, the checkpoint at {checkpoint_step:,}: the transitions "
+                "between the two are not in it")
+    else:  # a newer checkpoint was deleted to fall back to this one
+        when = (f"saved at {loaded.env_step:,} env steps, after the checkpoint at {checkpoint_step:,}: it also "
+                "holds the transitions collected after it")
     return f"[spreeze] replay: {loaded.rows:,} transitions loaded from {loaded.path.name} ({when})"
 
 

@@ -17,7 +17,15 @@ from fullfs import fill, small_tmpfs
 from spreeze_like.errors import CheckpointError
 from spreeze_like.native import _native
 from spreeze_like.replay import PrioritizedSampler, ReplayStorage, SumTree
-from spreeze_like.replay.persist import keep_replay, load_replay, replay_folders, resume_replay, save_replay
+from spreeze_like.replay.persist import (
+    SavedReplay,
+    describe_loaded,
+    keep_replay,
+    load_replay,
+    replay_folders,
+    resume_replay,
+    save_replay,
+)
 
 OBS, ACT = 3, 2
 ENV = "Toy-v0"
@@ -159,6 +167,14 @@ def test_resume_replay_gives_up_the_writer_role_and_says_what_it_loaded(tmp_path
     assert target.writer_pid() == 0  # the critic's feeder, another process, adds next
     assert lines == [("[spreeze] replay: 70 transitions loaded from replay_0000000070 (saved at 70 env steps, the "
                       "checkpoint at 80: the transitions between the two are not in it)")]
+
+
+def test_the_line_says_how_the_replay_and_the_checkpoint_relate(tmp_path):
+    saved = SavedReplay(tmp_path / "replay_0000000500", 500, 500)
+    assert describe_loaded(saved, 500).endswith("(saved with this checkpoint)")
+    assert "the checkpoint at 700: the transitions between the two are not in it" in describe_loaded(saved, 700)
+    assert "after the checkpoint at 300: it also holds the transitions collected after it" in describe_loaded(saved,
+                                                                                                              300)
 
 
 def test_prioritized_rows_loaded_get_a_priority_and_are_sampled(tmp_path):
