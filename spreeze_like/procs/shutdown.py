@@ -5,9 +5,9 @@ learners then catch up to the UTD budget on the data collected; ``HALT``: they o
 update in hand), a final checkpoint is assembled, the final evaluation runs (normal end only),
 phase ``EXIT`` lets the monitor flush TensorBoard and every child return, children are joined,
 with ``--save-replay`` the replay is saved beside that checkpoint (no process writes to it any more;
-:mod:`spreeze_like.replay.persist`), segments unlinked. A second Ctrl-C or SIGTERM skips to the joins (children killed), still
-unlinking; from then on further signals are ignored until the cleanup is done (exit status 130
-after Ctrl-C, 143 after SIGTERM, the final ``status.json`` written).
+:mod:`spreeze_like.replay.persist`), segments unlinked. A second Ctrl-C or SIGTERM skips to the
+joins (children killed), still unlinking; from then on further signals are ignored until the
+cleanup is done (exit status 130 after Ctrl-C, 143 after SIGTERM, the final ``status.json`` written).
 
 :func:`shutdown` runs that order once the supervisor's watch loop has returned; :func:`force_stop`
 is the supervisor's last line (its ``finally``), whatever happened before. Both act on the

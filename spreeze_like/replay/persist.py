@@ -131,8 +131,9 @@ def _read_meta(folder: Path) -> dict:
     except (OSError, ValueError) as exc:
         raise CheckpointError(f"{folder}/meta.json is unreadable ({type(exc).__name__}); delete {folder} to resume "
                               "with an empty replay buffer") from None
-    keys = ("format", "env", "obs_dim", "act_dim", "rows", "env_step")
-    if not isinstance(meta, dict) or any(k not in meta for k in keys) or meta["format"] != FORMAT:
+    counts = ("obs_dim", "act_dim", "rows", "env_step")
+    if (not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(meta.get("env"), str)
+            or any(type(meta.get(k)) is not int or meta[k] < 0 for k in counts)):
         raise CheckpointError(f"{folder} is not a spreeze_like replay of format {FORMAT}; delete it to resume with an "
                               "empty replay buffer")
     return meta

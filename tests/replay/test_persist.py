@@ -144,9 +144,12 @@ def _corrupt(folder: Path, how: str) -> None:
         (folder / "meta.json").write_text("{not json")
     elif how == "foreign":
         (folder / "meta.json").write_text(json.dumps({"format": 7}))
+    elif how == "types":  # counts that are not whole numbers must not reach a shape or a slice
+        meta = json.loads((folder / "meta.json").read_text())
+        (folder / "meta.json").write_text(json.dumps({**meta, "rows": "50", "obs_dim": 3.0}))
 
 
-@pytest.mark.parametrize("how", ["truncated", "garbage", "pickled", "dtype", "rows", "meta", "foreign"])
+@pytest.mark.parametrize("how", ["truncated", "garbage", "pickled", "dtype", "rows", "meta", "foreign", "types"])
 def test_a_corrupt_replay_is_one_line_saying_to_delete_it(tmp_path, how):
     saved = save_replay(filled(100, 50), tmp_path, 50, ENV)
     _corrupt(saved.path, how)
