@@ -26,10 +26,12 @@ these checks (exit status 1 if one fails):
   is what was still in the rings when SIGTERM stopped the drain; a kill between a ring write and the
   sampler's counter update can make it negative by ``envs_per_sampler`` per kill, which is allowed),
   and replay holds ``size == min(inserted, buffer_size)``: every acknowledged transition is still in
-  replay (FIFO eviction aside) after all the kills and restarts. Replay is not checkpointed
+  replay (FIFO eviction aside) after all the kills and restarts. Replay is not in the checkpoint
   (docs/parallel.md), so across the SIGTERM + resume "not lost" means: the resumed session starts at
   exactly the env step and update counts of the checkpoint written at the SIGTERM (counters
-  continuous), and refills replay from there.
+  continuous), and refills replay from there. With ``--save-replay`` (both runs) it means more: the
+  resume loads exactly the rows session 1 held in replay (its one "transitions loaded" line), and
+  session 2's replay holds ``min(loaded + inserted, buffer_size)``.
 - **nothing left**: no process named in any session's status.json alive, no /dev/shm entry of any
   session's run id.
 """
@@ -40,6 +42,7 @@ import argparse
 import json
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -54,6 +57,9 @@ from spreeze_like.procs import pacing
 from spreeze_like.procs.evaluator_proc import read_results
 
 SIGTERM_EXIT = 128 + signal.SIGTERM
+
+
+LOADED = re.compile(r"\[spreeze\] replay: ([\d,]+) transitions loaded")  # the resume's line (--save-replay)
 
 
 def cli(args: list[str], log: Path) -> subprocess.Popen:
@@ -158,8 +164,9 @@ def drive(runs: list[SoakRun], minutes: float, kill_every: float, seed: int) -> 
         run.stop()
 
 
-def check_session(status: dict[str, Any], flags: dict[str, int]) -> dict[str, Any]:
-    """The acknowledged-transition accounting of one session (see the module docstring)."""
+def check_session(status: dict[str, Any], flags: dict[str, int], carried: int = 0) -> dict[str, Any]:
+    """The acknowledged-transition accounting of one session (see the module docstring); ``carried``: the rows a
+    resume loaded from the replay the session before saved (--save-replay), which replay must also still hold."""
     counters = status.get("counters", {})
     samplers = [r for r in counters if r.startswith("sampler-")]
     emitted = int(sum(counters[r]["env_steps"] - counters[r]["nonfinite_dropped"] for r in samplers))
@@ -169,9 +176,9 @@ def check_session(status: dict[str, Any], flags: dict[str, int]) -> dict[str, An
     in_rings = emitted - inserted
     return {
         "env_steps": int(status["env_steps"]), "emitted": emitted, "inserted": inserted, "replay_size": size,
-        "in_rings_at_stop": in_rings, "sampler_restarts": restarts,
+        "in_rings_at_stop": in_rings, "sampler_restarts": restarts, "carried": carried,
         "ok_ack": -flags["envs"] * restarts <= in_rings <= len(samplers) * ring
-        and size == min(inserted, flags["buffer"]),
+        and size == min(carried + inserted, flags["buffer"]),
     }
 
 
@@ -188,13 +195,18 @@ def summary(run: SoakRun, flags: dict[str, int]) -> dict[str, Any]:
     evals = run.evals()
     last = [round(e["mean_return"], 1) for e in evals[-5:]]
     final = sum(e["mean_return"] for e in evals[-3:]) / len(evals[-3:]) if evals else float("nan")
-    sessions = [check_session(s, flags) for s in run.sessions]
+    sessions: list[dict[str, Any]] = []
+    for status in run.sessions:  # with --save-replay a resumed session starts with the replay the one before saved
+        carried = sessions[-1]["replay_size"] if sessions and flags["save_replay"] else 0
+        sessions.append(check_session(status, flags, carried))
     return {
         "run_dir": str(run.run_dir), "exits": run.exits, "env_steps": sessions[-1]["env_steps"] if sessions else 0,
         "final_eval_return": round(final, 1), "last_evals": last,
         "evals": [(int(e["env_step"]), round(e["mean_return"], 1)) for e in evals],
         "kills": len(run.kills), "sampler_restarts": sum(s["sampler_restarts"] for s in sessions),
         "sessions": sessions, "resumed_at": run.resumed_at, "leftovers": leftovers(run, run.sessions),
+        "replay_loaded": [int(n.replace(",", "")) for n in LOADED.findall(run.log.read_text())] if run.log.exists()
+        else [],
     }
 
 
@@ -215,6 +227,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eval-every", type=int, default=5000, help="env steps between evaluations (default 5000)")
     parser.add_argument("--concurrent", action=argparse.BooleanOptionalAction, default=True,
                         help="run both at the same time (default), so both meet the same machine load")
+    parser.add_argument("--save-replay", action="store_true",
+                        help="both runs with --save-replay: the disturbed run's resume must load every transition "
+                             "its first session had in replay")
     parser.add_argument("--logdir", default="", help="where the runs go (default: a new folder under /tmp)")
     parser.add_argument("--json", default="", help="also write the report as JSON to this file")
     args = parser.parse_args(argv)
@@ -223,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     buffer = 1_000_000
     flags = ["--env", args.env, "--seed", str(args.seed), "--samplers", str(args.samplers), "--total-steps",
              str(10**9), "--eval-every", str(args.eval_every), "--eval-episodes", "10", "--checkpoint-every",
-             "20000", "--buffer-size", str(buffer), "--log-interval", "0"]
+             "20000", "--buffer-size", str(buffer), "--log-interval", "0", *(["--save-replay"] if args.save_replay else [])]
     runs = [SoakRun("undisturbed", root, flags, False), SoakRun("disturbed", root, flags, True)]
     print(f"[soak] {args.minutes:g} min each, {'concurrently' if args.concurrent else 'one after the other'}, "
           f"kill a sampler every {args.kill_every:g} s, SIGTERM + resume at {args.minutes / 2:g} min; logs in {root}")
@@ -233,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     else:
         for run in runs:
             drive([run], args.minutes, args.kill_every, args.seed)
-    info = {"envs": 1, "buffer": buffer}
+    info = {"envs": 1, "buffer": buffer, "save_replay": args.save_replay}
     report = {"settings": vars(args), "undisturbed": summary(runs[0], info), "disturbed": summary(runs[1], info)}
     u, d = report["undisturbed"], report["disturbed"]
     report["same_steps"] = compare(u, d, args.eval_every)
@@ -246,6 +261,9 @@ def main(argv: list[str] | None = None) -> int:
         "resume_continuous": bool(resumed) and resumed.get("env_steps") == first.get("env_steps"),
         "nothing_left": not any(r["leftovers"]["processes"] or r["leftovers"]["shm"] for r in (u, d)),
     }
+    if args.save_replay:  # the resume loaded exactly what session 1 held in replay, and said so once
+        checks["replay_carried_over"] = (len(d["sessions"]) == 2 and not u["replay_loaded"]
+                                         and d["replay_loaded"] == [d["sessions"][0]["replay_size"]])
     report["checks"] = checks
     for name, r in (("undisturbed", u), ("disturbed", d)):
         print(f"[soak] {name}: final eval return {r['final_eval_return']} (mean of the last 3; last evals "
@@ -253,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
               f"restarts counted, exits {r['exits']}")
         for i, s in enumerate(r["sessions"]):
             print(f"[soak]   session {i + 1}: emitted {s['emitted']:,}, acknowledged (inserted) {s['inserted']:,}, "
+                  f"loaded from the saved replay {s['carried']:,}, "
                   f"replay size {s['replay_size']:,}, in rings at stop {s['in_rings_at_stop']}, "
                   f"sampler restarts {s['sampler_restarts']}")
     print(f"[soak] resumed at {resumed} (checkpoint of the halfway SIGTERM; session 1 ended at "
