@@ -81,7 +81,8 @@ def list_checkpoints(run_dir: str | Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def _fsync_dir(folder: Path) -> None:
+def fsync_dir(folder: Path) -> None:
+    """Make a rename or a new entry in ``folder`` durable (also the replay folders', :mod:`spreeze_like.replay.persist`)."""
     fd = os.open(folder, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -117,7 +118,7 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
     finally:
         if tmp.exists():
             tmp.unlink()
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
 
 
 def _os_error_in(exc: BaseException) -> OSError | None:

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
+from spreeze_like.checkpoint import fsync_dir
 from spreeze_like.errors import CheckpointError
 from spreeze_like.replay.storage import ReplayStorage
 
@@ -79,14 +80,6 @@ def _fifo_slots(storage: ReplayStorage) -> np.ndarray:
     return slots[storage.generations[slots] % 2 == 0]
 
 
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 def save_replay(storage: ReplayStorage, checkpoints: Path, env_step: int, env_id: str) -> SavedReplay:
     """Write ``storage``'s rows to ``checkpoints/replay_<env_step>/`` and remove every older replay folder.
 
@@ -111,11 +104,11 @@ def save_replay(storage: ReplayStorage, checkpoints: Path, env_step: int, env_id
             json.dump(meta, f)
             f.flush()
             os.fsync(f.fileno())
-        _fsync_path(tmp)
+        fsync_dir(tmp)
         if final.exists():  # the same step saved again (a resume stopped before its first new step)
             shutil.rmtree(final)
         os.replace(tmp, final)
-        _fsync_path(checkpoints)
+        fsync_dir(checkpoints)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
