@@ -47,15 +47,17 @@
 # idle window) with LEARN_S set to what the lease has left less about 60 s (the evening of 2026-11-27 on the
 # H200: core 349 s, then LEARN_S=455 with 517 s left; learn took 368 s). A cut learn call keeps in its --json
 # the runs that finished, seed 2's too where it got that far; learn2 in a later lease re-runs seed 2 whole,
-# and --report above joins the two files. grid1 then grid2 in one lease (not yet run on a device; estimated,
-# not measured: grid1 ~500 s with the 60 s probe, grid2 ~300 s): grid2 with GRID_S = what is left less ~50 s,
-# its --json keeps the runs that finished if that cuts it.
+# and --report above joins the two files. grid1 then grid2 in one lease (the H200 on 2026-11-28: grid1 451 s
+# with the 60 s probe, grid2 288 s; the lease had held the machine 780 s after them): grid2 with GRID_S = what
+# is left less ~50 s, its --json keeps the runs that finished if that cuts it.
+#   autotuned  the autotuned run (its 60 s probe first) and the grid's two best cells again, in one call
+#           (estimated ~360 s from the grid phases' runs: 90 s each plus ~5 s to stop); fits after core in a lease
 set -u
-out=${1:?usage: [PHASE=core|learn|learn1|learn2|grid1|grid2] tools/gpu_session.sh OUTDIR [SECONDS_FOR_TESTS]}
+out=${1:?usage: [PHASE=core|learn|learn1|learn2|grid1|grid2|autotuned] tools/gpu_session.sh OUTDIR [SECONDS_FOR_TESTS]}
 test_s=${2:-170}
 phase=${PHASE:-core}
-case "$phase" in core|learn|learn1|learn2|grid1|grid2) ;;
-  *) echo "error: PHASE=$phase: use core, learn, learn1, learn2, grid1 or grid2" >&2; exit 2;; esac
+case "$phase" in core|learn|learn1|learn2|grid1|grid2|autotuned) ;;
+  *) echo "error: PHASE=$phase: use core, learn, learn1, learn2, grid1, grid2 or autotuned" >&2; exit 2;; esac
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 t0=$(date +%s)
@@ -83,10 +85,17 @@ if [ "${phase#learn}" != "$phase" ]; then
     timeout 30 python3 tools/bench_vs_sb3.py --report "$out/hc_gpu_${phase}.json" --no-png 2>&1 | tee -a "$out/learn.log" | tail -25
   fi
   stamp "learning seeds $seeds done"
-elif [ "$phase" = grid1 ] || [ "$phase" = grid2 ]; then
-  k=${phase#grid}
+elif [ "$phase" = grid1 ] || [ "$phase" = grid2 ] || [ "$phase" = autotuned ]; then
+  if [ "$phase" = autotuned ]; then
+    # the autotuned run again (after a change of the plan's rules) beside the 16-core grid's two best cells of
+    # 2026-11-28 (13 samplers at R 256), in one call; merge with the earlier parts, this file last (its rows win):
+    # python tools/bench_autotune.py --report grid_part1.json grid_part2.json grid_check.json
+    k=check; which=(--cells 13:8192:0.03125 13:2048:0.125)
+  else
+    k=${phase#grid}; which=(--part "$k/2")
+  fi
   # --no-defaults: a run with no setting flags is the grid's first cell (1 sampler, batch 256, UTD 1) again
-  timeout "${GRID_S:-575}" python3 tools/bench_autotune.py --wall 90 --part "$k/2" --no-defaults --out /tmp/grid \
+  timeout "${GRID_S:-575}" python3 tools/bench_autotune.py --wall 90 "${which[@]}" --no-defaults --out /tmp/grid \
     --json "$out/grid_part$k.json" 2>&1 | tee "$out/grid.log" | tail -30
   # cut by the limit: the report of the runs that finished (the file is rewritten after each run)
   if grep -q '"partial"' "$out/grid_part$k.json" 2>/dev/null; then

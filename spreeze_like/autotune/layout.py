@@ -18,7 +18,6 @@ from spreeze_like.autotune import sampler_supply
 from spreeze_like.autotune.replay_ratio import (
     FEED_TIE,
     REPLAY_RATIO_MAX,
-    REPLAY_RATIO_MIN,
     REPLAY_RATIO_TARGET,
     Feed,
     choose_feed,
@@ -182,7 +181,10 @@ def plan_layout(ctx: Ctx, serial: bool) -> Layout:
     user_n = int(config.samplers) if "samplers" in ctx.mine else None
     user_k = int(config.envs_per_sampler) if "envs_per_sampler" in ctx.mine else None
     capacity = sampler_supply.best_setup(env, limit, user_n, user_k)
-    floor = REPLAY_RATIO_MIN if not cpu_learners else REPLAY_RATIO_TARGET
+    # The lowest R the plan takes: SAC's tuned ratio, with GPU learners too. It was the band's floor (128) for
+    # GPU learners with idle cores until the H200 grid of 2026-11-28 (BENCHMARKS.md, Autotune): both R-128 runs
+    # (the autotuned one among them, 81% of the best) learned less in 90 s than the R-256 runs with many samplers.
+    floor = REPLAY_RATIO_TARGET
     feed = choose_feed([(p, critic_rate(p)) for p in candidates], capacity.steps_hz, floor, least, user_utd)
     if not in_band(feed.ratio):
         out.notes.append(f"replay ratio {feed.ratio:,.0f} (batch {feed.batch_size} x UTD {feed.utd:g}) is outside the "

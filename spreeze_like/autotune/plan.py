@@ -23,8 +23,8 @@ The rules, in the order they are applied:
    [128, 1024] around SAC's 256, and among the measured batch sizes up to the update-rate knee
    (double from 256 while a doubling buys >= 1.5x the critic frames/s; within 80% of a GPU's memory;
    at most 8192) the plan takes the one that learns from the most env steps/s -- the batch grows only
-   as far as the samplers the cores allow can feed it. With GPU learners and idle cores R goes to
-   the band's floor (more fresh data per update); with CPU learners it stays at 256. A short run
+   as far as the samplers the cores allow can feed it. When the learner is the bottleneck R stays at
+   256, with GPU learners too (R 128 learned less on a measured GPU grid: replay_ratio.py). A short run
    keeps at least 20,000 critic updates in all (``total_steps x utd``). Serial mode: the knee of the
    update-pair curve at R 256.
 4. **Samplers x envs per sampler**: the fewest processes, then the fewest envs each, whose measured

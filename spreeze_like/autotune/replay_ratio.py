@@ -14,12 +14,14 @@ the machine on *data*:
   resets or critic regularisation -- which our algorithms do not have -- is the regime where
   off-policy actor-critics overfit their early data (the replay-ratio / primacy-bias studies that
   needed network resets to go higher).
-* :data:`REPLAY_RATIO_MIN` = 128, half the target: large-batch, many-env recipes (Spreeze, FastTD3)
-  read each transition far fewer times than SAC's defaults -- FastTD3's defaults are batch 32768
-  with 2 updates per step of 128 to 4096 envs, R of about 512 down to 16 -- because with cheap
-  data fresher batches beat re-reading. Our data is not GPU-simulated: each env step costs a
-  sampler's CPU time, so the plan goes one factor of two below the tuned ratio and no further
-  without measurements (``tools/bench_autotune.py`` measures the grid).
+* :data:`REPLAY_RATIO_MIN` = 128, half the target: the bottom of the band a *user's* ratio is judged
+  by (a ``--utd`` that puts R below it is noted in the plan). Large-batch, many-env recipes
+  (Spreeze, FastTD3: batch 32768 with 2 updates per step of 128 to 4096 GPU-simulated envs, R of
+  about 512 down to 16) read each transition far fewer times than SAC's defaults, and the plan used
+  to go down to 128 with GPU learners and idle cores. The H200 grid of 2026-11-28 (HalfCheetah-v5
+  CrossQ, 90 s per run, BENCHMARKS.md "Autotune") measured against it: the two R-128 runs returned
+  8,507 (the autotuned one) and 8,845, the three R-256 runs with 13 samplers 8,887 to 10,561. So the
+  plan itself does not go below the target.
 
 **The rule** (:func:`choose_feed`), for each measured batch size ``b`` the critic device can run
 (the caller passes those up to the update-rate knee: beyond it a doubling costs more update rate
@@ -32,13 +34,10 @@ the one nearest it from above, then the smaller. So the batch grows only as far 
 feed it: past that, a larger batch only raises R (re-reading the same data), which the tie-break
 does not buy.
 
-Where R sits in the band when the learner is the bottleneck (``F / S`` below the band):
-
-* both learners on GPUs: at :data:`REPLAY_RATIO_MIN` -- the cores beyond the learners' have nothing
-  else to do, so more data per update costs nothing (the FastTD3/Spreeze recipe: many envs, large
-  batches, few updates per env step);
-* a learner on the CPU: at the target -- spare cores go to the CPU learners' threads (rule 5 of the
-  planner), and a 2-core machine has none, so extra sampling would take the learners' own CPU.
+Where R sits when the learner is the bottleneck (``F / S`` below the target): at the target, with GPU
+or CPU learners (the planner passes it as ``floor``; one measurement, above, moved GPU learners off
+:data:`REPLAY_RATIO_MIN`). With CPU learners spare cores go to their threads (rule 5 of the planner),
+and a 2-core machine has none, so extra sampling would take the learners' own CPU anyway.
 
 **Run length.** A run of ``total_steps`` env steps does ``total_steps x utd`` critic updates in
 all. The plan keeps at least :data:`MIN_RUN_UPDATES` of them (what SAC's defaults do in the
@@ -145,7 +144,7 @@ def choose_feed(candidates: Sequence[tuple[UpdatePoint, float]], supply_hz: floa
         if need > REPLAY_RATIO_MAX * (1 + BAND_SLACK):
             continue  # this batch cannot give the run its updates inside the band
         feed = feed_at(point, hz, supply_hz, max(floor, need))
-        if need > floor and feed.limit == "floor":
+        if need >= floor and need > 0 and feed.limit == "floor":  # the run's updates bind (also where R = floor)
             feed = Feed(feed.point, feed.critic_hz, feed.ratio, feed.utd, feed.data_hz, "run length")
         elif feed.limit == "floor" and floor >= REPLAY_RATIO_TARGET:
             feed = Feed(feed.point, feed.critic_hz, feed.ratio, feed.utd, feed.data_hz, "target")
@@ -194,7 +193,8 @@ def ratio_reason(feed_ratio: float, limit: str, *, gpu_learners: bool, spare_cor
         "floor": (f"the learner is the bottleneck and {'its GPUs leave' if gpu_learners else 'it leaves'} "
                   f"{spare_cores} core(s) to samplers: R at the band's floor, the most fresh data per update"),
         "target": ("the learner is the bottleneck: R at SAC's tuned ratio"
-                   + ("" if gpu_learners else " (spare cores go to the CPU learners, not to more sampling)")),
+                   + (" (R 128 learned less in 90 s on the H200 grid of 2026-11-28)" if gpu_learners
+                      else " (spare cores go to the CPU learners, not to more sampling)")),
         "balanced": f"learner and samplers both run flat out at {data_hz:,.0f} env steps/s",
         "ceiling": (f"the samplers make at most {supply_hz:,.0f} env steps/s: R at the band's top, the critic's "
                     "remaining update rate stays unused"),
