@@ -200,15 +200,15 @@ class Supervisor:
                                     self.run_dir, self.say)
         self.ckpt = CheckpointCoordinator(self.run_dir, self.control, cfg, self.context.generation, self.restored,
                                           self.context.checkpoint_path)
-        if self.context.payload is not None:  # an earlier session's --save-replay: continue with its transitions
+        if self.context.payload is not None:  # a resume: an earlier --save-replay's transitions (a refused replay
+            # folder ends it here, before anything is changed), then the evaluation history from the checkpoint on
             self.preloaded = resume_replay(self.owned.storage(), self.run_dir, cfg.env, self.context.start_step,
                                            self.owned.new_row_hook(), self.say)
+            trim_eval_history(self.run_dir, self.context.start_step)
         # Samplers may collect the warm-up while the learners are still importing torch: the critic
         # learner's first allowance is set here, before the critic (its row's only other writer) exists.
         start = pacing.session_learn_after(cfg.batch_size, cfg.learning_starts, self.preloaded)
         self.block.role("critic-learner").set("allowance", float(pacing.data_allowance(0, start, cfg.utd, self.lead)))
-        if self.context.payload is not None:  # the evaluation history continues from the checkpoint
-            trim_eval_history(self.run_dir, self.context.start_step)
 
     def _spawn_all(self) -> None:
         cfg = self.config

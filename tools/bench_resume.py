@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from spreeze_like.checkpoint import load_latest
 from spreeze_like.replay.persist import replay_folders
 
 
@@ -43,14 +44,6 @@ def cli(args: list[str], log: Path) -> float:
     return time.monotonic() - t0
 
 
-def _newest_checkpoint(run_dir: Path) -> dict[str, Any]:
-    import torch
-
-    from spreeze_like.checkpoint import list_checkpoints
-
-    return torch.load(list_checkpoints(run_dir)[-1], weights_only=True)
-
-
 def evals(run_dir: Path, after: int = 0) -> list[tuple[int, float]]:
     """(env step, mean return) of the run's evaluations past ``after``: the parallel mode's evals.jsonl (its final
     checkpoint is written before the final evaluation), else the serial mode's history in its final checkpoint."""
@@ -59,12 +52,12 @@ def evals(run_dir: Path, after: int = 0) -> list[tuple[int, float]]:
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         found = [(int(r["env_step"]), float(r["mean_return"])) for r in rows]
     else:
-        found = [(int(s), float(r)) for s, r, _ in _newest_checkpoint(run_dir)["evals"]]
+        found = [(int(s), float(r)) for s, r, _ in load_latest(run_dir)[0]["evals"]]
     return [(s, r) for s, r in found if s > after]
 
 
 def critic_updates(run_dir: Path) -> int:
-    return int(_newest_checkpoint(run_dir)["critic_updates"])
+    return int(load_latest(run_dir)[0]["critic_updates"])
 
 
 def one_seed(args: argparse.Namespace, seed: int, root: Path, extra: list[str]) -> dict[str, Any]:

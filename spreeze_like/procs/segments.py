@@ -89,6 +89,12 @@ class RunSegments:
                    capacity, obs_dim, act_dim, ring_capacity, actor_params, critic_params, remote_rows,
                    remote_ring_capacity)
 
+    def storage_over(self, buffer: Any) -> Any:
+        """The replay storage this plan laid out, over its segment's memory (attached, never created)."""
+        from spreeze_like.replay import ReplayStorage
+
+        return ReplayStorage(buffer, self.capacity, self.obs_dim, self.act_dim, create=False)
+
     def create(self, schema: dict[str, list[str]], tree_seed: int) -> OwnedSegments:
         """Create every segment (supervisor). On any failure, what was created is unlinked again.
 
@@ -134,10 +140,7 @@ class OwnedSegments:
     def storage(self) -> Any:
         """A view of the replay storage this process created: the resume's loader and the end's saver of
         ``--save-replay`` (:mod:`spreeze_like.replay.persist`); drop it before :meth:`unlink_all`."""
-        from spreeze_like.replay import ReplayStorage
-
-        p = self.plan
-        return ReplayStorage(self.replay.mmap, p.capacity, p.obs_dim, p.act_dim, create=False)
+        return self.plan.storage_over(self.replay.mmap)
 
     def new_row_hook(self) -> Any:
         """What a row added by this process must run before it is published: the sum tree's ``set_max`` with
@@ -197,11 +200,7 @@ class Attached:
 
     def storage(self) -> Any:
         """The replay storage over the shared segment (never ``create``: the supervisor did)."""
-        from spreeze_like.replay import ReplayStorage
-
-        seg = self._keep(Segment.attach(self.plan.replay))
-        p = self.plan
-        return ReplayStorage(seg.mmap, p.capacity, p.obs_dim, p.act_dim, create=False)
+        return self.plan.storage_over(self._keep(Segment.attach(self.plan.replay)).mmap)
 
     def tree(self, seed: int) -> Any:
         from spreeze_like.replay import SumTree

@@ -220,7 +220,7 @@ def keep_replay(storage: ReplayStorage, run_dir: Path, env_step: int, env_id: st
     try:
         saved = save_replay(storage, checkpoints, env_step, env_id)
     except OSError as exc:  # ENOSPC from a write, or numpy's short-write error (no errno) from np.save
-        row_bytes = 4 * (2 * storage.obs_dim + storage.act_dim + 3)
+        row_bytes = sum(getattr(storage, name)[:1].nbytes for name in COLUMNS)  # what one saved row takes
         try:
             free = f"{shutil.disk_usage(checkpoints).free / 2**20:,.0f} MiB free there"
         except OSError:
