@@ -90,16 +90,16 @@ elif [ "$phase" = grid1 ] || [ "$phase" = grid2 ] || [ "$phase" = autotuned ]; t
     # the autotuned run again (after a change of the plan's rules) beside the 16-core grid's two best cells of
     # 2026-11-28 (13 samplers at R 256), in one call; merge with the earlier parts, this file last (its rows win):
     # python tools/bench_autotune.py --report grid_part1.json grid_part2.json grid_check.json
-    k=check; which=(--cells 13:8192:0.03125 13:2048:0.125)
+    k=check; file=grid_check.json; which=(--cells 13:8192:0.03125 13:2048:0.125)
   else
-    k=${phase#grid}; which=(--part "$k/2")
+    k=${phase#grid}; file=grid_part$k.json; which=(--part "$k/2")
   fi
   # --no-defaults: a run with no setting flags is the grid's first cell (1 sampler, batch 256, UTD 1) again
   timeout "${GRID_S:-575}" python3 tools/bench_autotune.py --wall 90 "${which[@]}" --no-defaults --out /tmp/grid \
-    --json "$out/grid_part$k.json" 2>&1 | tee "$out/grid.log" | tail -30
+    --json "$out/$file" 2>&1 | tee "$out/grid.log" | tail -30
   # cut by the limit: the report of the runs that finished (the file is rewritten after each run)
-  if grep -q '"partial"' "$out/grid_part$k.json" 2>/dev/null; then
-    timeout 20 python3 tools/bench_autotune.py --report "$out/grid_part$k.json" 2>&1 | tee -a "$out/grid.log" | tail -20
+  if grep -q '"partial"' "$out/$file" 2>/dev/null; then
+    timeout 20 python3 tools/bench_autotune.py --report "$out/$file" 2>&1 | tee -a "$out/grid.log" | tail -20
   fi
   stamp "grid part $k done"
 fi
