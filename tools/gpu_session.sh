@@ -62,6 +62,9 @@ mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 t0=$(date +%s)
 stamp() { echo "[gpu_session +$(( $(date +%s) - t0 )) s] $*"; }
+# the autotuner's probe files (its cache) come back too: a recorded GPU probe is a planner fixture
+# (tests/autotune/fixtures; the grid of 2026-11-28 had to be transcribed from the printed lines)
+keep_probes() { cp "${XDG_CACHE_HOME:-$HOME/.cache}"/spreeze_like/probes/*.json "$out/" 2>/dev/null || true; }
 
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "error: wheel install failed" >&2; exit 3; }
@@ -101,6 +104,7 @@ elif [ "$phase" = grid1 ] || [ "$phase" = grid2 ] || [ "$phase" = autotuned ]; t
   if grep -q '"partial"' "$out/$file" 2>/dev/null; then
     timeout 20 python3 tools/bench_autotune.py --report "$out/$file" 2>&1 | tee -a "$out/grid.log" | tail -20
   fi
+  keep_probes
   stamp "grid part $k done"
 fi
 if [ "$phase" != core ]; then
@@ -132,5 +136,6 @@ stamp "tests done"
 timeout 45 python3 -m spreeze_like.run --env HalfCheetah-v5 --plan-only --reprobe --probe-budget 15 \
   --logdir /tmp/gpu_runs > "$out/autotune_plan.txt" 2>&1
 tail -40 "$out/autotune_plan.txt"
+keep_probes
 stamp "autotune plan done"
 ls /dev/shm | grep -c '^spz\.\|^sem\.spz\.' | sed 's/^/segments of ours left in \/dev\/shm: /'

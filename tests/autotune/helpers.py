@@ -14,7 +14,8 @@ FIXTURES = Path(__file__).parent / "fixtures"
 REAL = FIXTURES / "probes_real_2core_cpu.json"  # recorded on the 2-core development machine
 ONE_GPU = FIXTURES / "probes_synthetic_1gpu.json"  # edited variants, see fixtures/make_synthetic.py
 TWO_GPU = FIXTURES / "probes_synthetic_2gpu.json"
-ALL = {"0gpu-real": REAL, "1gpu-synthetic": ONE_GPU, "2gpu-synthetic": TWO_GPU}
+H200 = FIXTURES / "probes_h200_halfcheetah.json"  # the lent H200's printed probe, see fixtures/transcribe_probe_text.py
+ALL = {"0gpu-real": REAL, "1gpu-synthetic": ONE_GPU, "2gpu-synthetic": TWO_GPU, "1gpu-h200-transcribed": H200}
 
 
 def load(path: Path) -> ProbeResults:

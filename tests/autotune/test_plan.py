@@ -21,7 +21,8 @@ from spreeze_like.autotune.sampler_supply import supply
 from spreeze_like.config import TrainConfig
 from spreeze_like.errors import ConfigError
 
-from .helpers import ALL, ONE_GPU, REAL, TWO_GPU, load
+from .fixtures.transcribe_probe_text import SOURCE, transcribe
+from .helpers import ALL, H200, ONE_GPU, REAL, TWO_GPU, load
 
 LONG = 10_000_000  # a run bounded by wall time, not steps (tools/bench_autotune.py passes this)
 
@@ -112,6 +113,29 @@ def test_two_gpus_put_each_learner_on_its_own_and_the_critic_on_the_faster():
     plan, _ = plan_for(TWO_GPU)
     assert plan.value("critic_device") == "cuda:1"  # 25% faster in the fixture
     assert plan.value("actor_device") == "cuda:0"
+
+
+def test_the_h200_grid_machine_plans_r256_between_the_grids_two_best_cells():
+    # the probe the lent H200 printed before its autotune grid (2026-11-28): there the old rule planned R 128
+    # (4 x 2 samplers, batch 4096, UTD 1/32) and reached 81% of the grid's best; the best cells were R 256
+    # at batch 2048 (98%) and 8192 (100%), 13 samplers
+    plan, _ = plan_for(H200, total_steps=LONG, env="HalfCheetah-v5", algo="crossq")
+    assert plan.value("actor_device") == plan.value("critic_device") == "cuda:0"
+    assert plan.value("serial") is False and plan.value("torch_threads") == 1
+    assert plan.value("batch_size") * plan.value("utd") == REPLAY_RATIO_TARGET
+    assert 2048 <= plan.value("batch_size") <= 8192
+    # the samplers feed the critic with the headroom, from the measured multi-process curve
+    setup = supply(load(H200).env, plan.value("samplers"), plan.value("envs_per_sampler"))
+    assert setup.steps_hz >= SUPPLY_HEADROOM * plan.predicted["sample_hz"] * 0.99
+    assert setup.how in ("measured", "interpolated")
+
+
+def test_the_h200_fixture_is_its_printed_probe():
+    # the fixture is what the transcriber makes of the device's text, and the text's own plan line agrees with it
+    assert transcribe(SOURCE.read_text()) == json.loads(H200.read_text())
+    best = max(p.critic_frames for p in load(H200).curve("cuda:0").points)
+    assert "cuda:0 does 10,983,623 critic frames/s at best" in SOURCE.read_text()
+    assert best == pytest.approx(10_983_623, rel=1e-4)  # the printed rates are rounded to 0.1 update/s
 
 
 def test_a_gpu_slower_than_the_cpu_is_not_used():
@@ -257,6 +281,7 @@ def test_fixtures_are_labelled():
     for path in (ONE_GPU, TWO_GPU):
         assert json.loads(path.read_text())["_fixture"].startswith("SYNTHETIC")
     assert json.loads(REAL.read_text())["_fixture"].startswith("REAL")
+    assert json.loads(H200.read_text())["_fixture"].startswith("TRANSCRIBED")
 
 
 def test_precision_is_what_the_learner_curves_were_measured_in():
