@@ -36,6 +36,14 @@ def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
     if len({r["wall_s"] for r in results}) > 1:
         raise ValueError(f"the parts ran for different wall times ({sorted({r['wall_s'] for r in results})} s): "
                          "returns at different times do not compare")
+    # returns at a wall time compare only on one kind of machine; files older than the "machine" field
+    # (before 2026-11-28's H200 grid) say nothing, and the report says how many
+    machines = sorted({r["machine"] for r in results if r.get("machine")})
+    if len(machines) > 1:
+        raise ValueError(f"the files ran on different machines ({' | '.join(machines)}): returns at a wall time do "
+                         "not compare across them; report each machine's files apart")
+    merged["machine"] = machines[0] if machines else ""
+    merged["machine_unrecorded"] = sum(not r.get("machine") for r in results)
     for r in results:
         for env_id, e in r["envs"].items():
             into = merged["envs"].setdefault(env_id, {"random_return": e["random_return"], "plan": "", "runs": {},
@@ -77,6 +85,11 @@ def report(results: dict[str, Any]) -> None:
           f"{results['cores']} cores, load average {results['load_before'][0]:.1f} before, "
           f"{results['load_after'][0]:.1f} after"
           + (f", merged from {results['parts']} parts" if results.get("parts") else ""))
+    if results.get("machine"):
+        print(f"  machine: {results['machine']}")
+    if results.get("machine_unrecorded"):
+        print(f"  {results['machine_unrecorded']} of the files do not say which machine ran them (older than the "
+              "record): merge only files of one kind of machine")
     if results.get("partial"):
         print(f"  {results['partial']} of the files cut short (a time limit): only the runs that finished are below")
     for env_id, r in results["envs"].items():

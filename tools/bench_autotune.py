@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: --report: {exc}", file=sys.stderr)
             return 2
         return 0
-    from spreeze_like.autotune.hardware import usable_cores
+    from spreeze_like.autotune.hardware import machine_kind, usable_cores
     from spreeze_like.autotune.layout import max_samplers
 
     cores = usable_cores()
@@ -274,8 +274,8 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --wall must be > 0 seconds and --rounds >= 1", file=sys.stderr)
         return 2
     out.mkdir(parents=True, exist_ok=True)
-    results: dict[str, Any] = {"wall_s": args.wall, "cores": cores, "rounds": args.rounds, "part": args.part or "1/1",
-                               "load_before": os.getloadavg(), "envs": {}}
+    results: dict[str, Any] = {"wall_s": args.wall, "cores": cores, "machine": machine_kind(), "rounds": args.rounds,
+                               "part": args.part or "1/1", "load_before": os.getloadavg(), "envs": {}}
     for env_id in args.envs:
         configs = {cell_name(*c): cell_flags(*c) for c in cells}
         if not args.no_autotuned:

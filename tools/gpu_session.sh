@@ -91,8 +91,10 @@ if [ "${phase#learn}" != "$phase" ]; then
 elif [ "$phase" = grid1 ] || [ "$phase" = grid2 ] || [ "$phase" = autotuned ]; then
   if [ "$phase" = autotuned ]; then
     # the autotuned run again (after a change of the plan's rules) beside the 16-core grid's two best cells of
-    # 2026-11-28 (13 samplers at R 256), in one call; merge with the earlier parts, this file last (its rows win):
+    # 2026-11-28 (13 samplers at R 256), in one call. Its file names its machine; the parts of 2026-11-28 ran on
+    # an H200 and predate that record. On an H200, merge with them, this file last (its rows win):
     # python tools/bench_autotune.py --report grid_part1.json grid_part2.json grid_check.json
+    # on another card, report it alone (the autotuned run against the two cells, one card, one call)
     k=check; file=grid_check.json; which=(--cells 13:8192:0.03125 13:2048:0.125)
   else
     k=${phase#grid}; file=grid_part$k.json; which=(--part "$k/2")

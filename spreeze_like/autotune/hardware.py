@@ -151,6 +151,15 @@ def fingerprint() -> str:
     return f"{host}-{digest}"
 
 
+def machine_kind() -> str:
+    """``"<CPU model>, <N> cores; GPUs: <models>"``: what a benchmark's figures compare across (no CUDA init).
+
+    Not the host name: a lent machine gets a new one each lease, and two leases of one card compare.
+    """
+    gpus = ", ".join(driver_gpu_models()) or "none"
+    return f"{cpu_model()}, {usable_cores()} cores; GPUs: {gpus}"
+
+
 def probe_hardware(with_gpus: bool = True) -> Hardware:
     """Collect the static facts (runs the GPU subprocess unless ``with_gpus`` is False)."""
     vm = psutil.virtual_memory()

@@ -150,6 +150,35 @@ def test_parts_of_a_grid_merge_into_one_table(tmp_path, capsys):
     assert "merged from 2 parts" in capsys.readouterr().out
 
 
+def test_files_of_two_kinds_of_machine_do_not_merge(tmp_path, capsys):
+    """A grid's parts from an H200 lease and a check call on an H100 lease would make one table of two cards:
+    refused. A file older than the machine record merges, and the report says it could not check it."""
+    bench = _tool("bench_autotune")
+    h200 = {**_results({"a": _row(1700.0)}, None), "machine": "Xeon, 16 cores; GPUs: NVIDIA H200"}
+    h100 = {**_results({"b": _row(700.0)}, _row(1600.0)), "machine": "Xeon, 16 cores; GPUs: NVIDIA H100 80GB HBM3"}
+    with pytest.raises(ValueError, match="different machines"):
+        bench.merge([h200, h100])
+    paths = [tmp_path / "h200.json", tmp_path / "h100.json", tmp_path / "old.json"]
+    for path, part in zip(paths, (h200, h100, _results({"c": _row(900.0)}, None)), strict=True):
+        path.write_text(json.dumps(part))
+    assert bench.main(["--report", str(paths[0]), str(paths[1])]) == 2
+    assert capsys.readouterr().err.startswith("error: --report: the files ran on different machines")
+    assert bench.main(["--report", str(paths[0]), str(paths[2])]) == 0
+    printed = capsys.readouterr().out
+    assert "machine: Xeon, 16 cores; GPUs: NVIDIA H200" in printed
+    assert "1 of the files do not say which machine ran them" in printed
+
+
+def test_the_machine_kind_names_no_host(monkeypatch):
+    from spreeze_like.autotune import hardware
+
+    monkeypatch.setattr(hardware, "driver_gpu_models", lambda: ["NVIDIA H200"])
+    monkeypatch.setattr(hardware.socket, "gethostname", lambda: "vm-lease-4f2a91")  # a new name every lease
+    kind = hardware.machine_kind()
+    assert kind.endswith("; GPUs: NVIDIA H200") and f"{hardware.usable_cores()} cores" in kind
+    assert "vm-lease-4f2a91" not in kind
+
+
 def test_a_call_cut_short_keeps_the_runs_that_finished(tmp_path, monkeypatch, capsys):
     """The --json is rewritten after every run with ``partial`` set, so a call killed by a time limit (a lent
     machine's 600 s) still has a report of what finished; the finished file has no ``partial``."""
