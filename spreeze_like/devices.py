@@ -124,6 +124,14 @@ def _check(name: str, device: str, count: int) -> str:
     return device
 
 
+def resolve_tool_device(flag: str, device: str | None) -> str:
+    """A benchmark tool's ``--<flag>``: ``auto`` (or None) is ``cuda:0`` when there is a GPU, else ``cpu``; an
+    explicit CUDA device must exist (ConfigError in one line otherwise, before the tool makes anything)."""
+    if device in (None, "auto"):
+        return "cuda:0" if cuda_device_count() else "cpu"
+    return _check(flag, device, cuda_device_count() if device.startswith("cuda") else 0)
+
+
 def resolve_devices(actor_device: str, critic_device: str, count: int | None = None) -> tuple[str, str]:
     """Resolve ``auto`` and check explicit devices; returns (actor_device, critic_device)."""
     if count is None:  # not asked when neither learner can be on a GPU (the ask may cost a subprocess)

@@ -213,14 +213,20 @@ def _table(results: dict) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default=None, help="cuda:0 (default when CUDA is available) or cpu")
+    parser.add_argument("--device", default="auto", help="auto (cuda:0 when CUDA is available, else cpu), cuda:N or cpu")
     parser.add_argument("--quick", action="store_true", help="short timings, small batches (the CI smoke)")
     parser.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
     parser.add_argument("--json", default="bench_gpu.json", help="where to write the figures")
     args = parser.parse_args(argv)
+    from spreeze_like.devices import resolve_tool_device
+    from spreeze_like.errors import ConfigError
+
+    try:
+        device = resolve_tool_device("device", args.device)
+    except ConfigError as exc:
+        parser.exit(2, f"error: {exc}\n")
     import torch
 
-    device = args.device or ("cuda:0" if torch.cuda.is_available() else "cpu")
     torch.set_num_threads(1)  # as every learner process runs (--torch-threads 1), ours and the peer alike
     if device.startswith("cuda"):  # TF32 matmuls, as our CUDA learners use them (algos/base.py): the peer too
         torch.backends.cuda.matmul.allow_tf32 = True

@@ -25,6 +25,7 @@ parent leaves them to the next run's sweep of dead creators).
 from __future__ import annotations
 
 import multiprocessing as mp
+import queue as queue_module
 import time
 import traceback
 from typing import Any
@@ -193,9 +194,6 @@ def _learner_proc(role: str, device: str, batch: int, rows: int, names: dict, se
 
     from spreeze_like.ipc.weight_board import WeightBoard
     from spreeze_like.metrics import stats_schema
-    from spreeze_like.replay import UniformSampler
-    from spreeze_like.roles.actor_learner import ActorLearner
-    from spreeze_like.roles.critic_learner import CriticLearner
     from spreeze_like.roles.ports import LocalStatsBlock
 
     torch.set_num_threads(1)
@@ -204,24 +202,37 @@ def _learner_proc(role: str, device: str, batch: int, rows: int, names: dict, se
     actor_board = WeightBoard.attach(names["actor"], "writer" if role == "actor" else "reader")
     critic_board = WeightBoard.attach(names["critic"], "writer" if role == "critic" else "reader")
     try:
-        if role == "critic":
-            learner: Any = CriticLearner(_spec(), device, UniformSampler(storage, seed=0), actor_board, critic_board,
-                                         stats.role("critic-learner"), batch, sync_period)
-        else:
-            learner = ActorLearner(_spec(), device, UniformSampler(storage, seed=1), critic_board, actor_board,
-                                   stats.role("actor-learner"), batch, sync_period)
-        for _ in range(10):
-            learner.update()
-        _sync(device)
-        queue.put((role, "ready"))
-        go.wait(300)  # both timed windows start together
-        rate, calls = _timed(learner.update, device, seconds)
-        learner.flush()
-        queue.put((role, {"updates_per_s": rate, "calls": calls, "copy_version": learner.copy_version,
-                          "publishes": learner.publisher.published, "merged": learner.publisher.merged}))
+        _learner_windows(role, device, batch, storage, stats, actor_board, critic_board, seconds, sync_period, queue, go)
+    except Exception as exc:  # the parent waits on the queue: a learner that cannot start says why, not nothing
+        queue.put((role, {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"[:300]}))
+        raise
     finally:
         actor_board.close()
         critic_board.close()
+
+
+def _learner_windows(role: str, device: str, batch: int, storage: Any, stats: Any, actor_board: Any,
+                     critic_board: Any, seconds: float, sync_period: int, queue: Any, go: Any) -> None:
+    """One learner of the dual section: warm up, say ready, time its window when both are ready."""
+    from spreeze_like.replay import UniformSampler
+    from spreeze_like.roles.actor_learner import ActorLearner
+    from spreeze_like.roles.critic_learner import CriticLearner
+
+    if role == "critic":
+        learner: Any = CriticLearner(_spec(), device, UniformSampler(storage, seed=0), actor_board, critic_board,
+                                     stats.role("critic-learner"), batch, sync_period)
+    else:
+        learner = ActorLearner(_spec(), device, UniformSampler(storage, seed=1), critic_board, actor_board,
+                               stats.role("actor-learner"), batch, sync_period)
+    for _ in range(10):
+        learner.update()
+    _sync(device)
+    queue.put((role, "ready"))
+    go.wait(300)  # both timed windows start together
+    rate, calls = _timed(learner.update, device, seconds)
+    learner.flush()
+    queue.put((role, {"updates_per_s": rate, "calls": calls, "copy_version": learner.copy_version,
+                      "publishes": learner.publisher.published, "merged": learner.publisher.merged}))
 
 
 def dual_vs_single(device: str, batch: int, seconds: float, rows: int = 200_000, sync_period: int = 1) -> dict:
@@ -249,8 +260,17 @@ def dual_vs_single(device: str, batch: int, seconds: float, rows: int = 200_000,
     try:
         for p in procs:
             p.start()
+        deadline = time.monotonic() + 300
         while len(dual) < 4:
-            role, value = queue.get(timeout=300)
+            try:
+                role, value = queue.get(timeout=1.0)
+            except queue_module.Empty:  # a learner that died without a word (killed, or its queue put failed)
+                dead = [f"{p.name} exit {p.exitcode}" for p in procs if p.exitcode not in (None, 0)]
+                if dead or time.monotonic() > deadline:
+                    raise RuntimeError(f"dual learners: {', '.join(dead) or 'no report within 300 s'}") from None
+                continue
+            if isinstance(value, dict) and "error" in value:
+                raise RuntimeError(f"dual learners: the {role} learner failed: {value['error']}")
             dual[f"{role}_ready" if value == "ready" else role] = value
             if "critic_ready" in dual and "actor_ready" in dual:
                 go.set()

@@ -21,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--device", default="cuda:0")
+    parser.add_argument("--device", default="auto", help="auto (cuda:0 when CUDA is available, else cpu), cuda:N or cpu")
     parser.add_argument("--batch", type=int, default=256)
     parser.add_argument("--step-mode", default="auto", help="auto, eager, cuda-graph or compiled-graph")
     parser.add_argument("--updates", type=int, default=200, help="profiled updates (after 30 warm-up ones)")
@@ -34,6 +34,13 @@ def main(argv: list[str] | None = None) -> None:
                         help="stub the step out (each update returns the last TD errors): what is timed is the "
                              "host's own work per update (mirror sync, counters, stats, weight polls and transfers)")
     args = parser.parse_args(argv)
+    from spreeze_like.devices import resolve_tool_device
+    from spreeze_like.errors import ConfigError
+
+    try:
+        args.device = resolve_tool_device("device", args.device)
+    except ConfigError as exc:
+        parser.exit(2, f"error: {exc}\n")
     import torch
     from gpu_rates import _sync, make_critic, random_storage
     from torch.profiler import ProfilerActivity, profile

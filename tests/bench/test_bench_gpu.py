@@ -7,9 +7,13 @@ here it must run every section the CPU can (no GPU tests: they skip), fast, and 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -43,3 +47,37 @@ def test_bench_gpu_quick_on_cpu_writes_every_section(tmp_path):
     points = results["sampling"]["envs"]["HalfCheetah-v5"]["points"]
     assert points and all(p["steps_per_s"] > 0 for p in points)
     assert "figure" in proc.stdout and "ratio_dual_over_single" in proc.stdout
+
+
+def _no_cuda() -> bool:
+    from spreeze_like.devices import cuda_device_count
+
+    return cuda_device_count() == 0
+
+
+@pytest.mark.parametrize("tool", ["bench_gpu.py", "profile_critic_update.py"])
+def test_a_gpu_this_machine_lacks_is_one_line_and_exit_2(tool):
+    """Before: bench_gpu printed a traceback per section and then waited 300 s on its dual section's dead
+    learners; profile_critic_update a traceback."""
+    if not _no_cuda():
+        pytest.skip("this machine has a GPU: the refusal is for one without")
+    proc = subprocess.run([sys.executable, str(ROOT / "tools" / tool), "--device", "cuda:0"], capture_output=True,
+                          text=True, timeout=60, cwd=ROOT)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert proc.stderr.splitlines() == ["error: --device cuda:0: CUDA is not available on this machine; use --device "
+                                        "cpu or auto"]
+
+
+def test_a_dual_learner_that_fails_ends_the_section_at_once_and_leaves_nothing(monkeypatch):
+    """A learner process that cannot run (here: asked for a GPU that is not there) is reported by the parent
+    within seconds, with its error, and the boards it shared are unlinked."""
+    if not _no_cuda():
+        pytest.skip("needs a machine without CUDA to make the learners fail")
+    monkeypatch.syspath_prepend(str(ROOT / "tools"))  # the spawned learners import it by name too
+    import gpu_rates
+    before = set(os.listdir("/dev/shm"))
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"dual learners: the (critic|actor) learner failed: RuntimeError"):
+        gpu_rates.dual_vs_single("cuda:0", 256, 0.1, rows=2000)
+    assert time.monotonic() - t0 < 60  # it waited 300 s for a report that never came
+    assert set(os.listdir("/dev/shm")) <= before
