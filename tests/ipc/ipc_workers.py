@@ -132,6 +132,22 @@ def board_writer(parent_pid: int, name: str, stop, result_q, max_seconds: float 
     result_q.put(("writer", v))
 
 
+def board_writer_continuing(parent_pid: int, name: str) -> None:
+    """Publish version v as ``pattern + v`` for v = the board's next, until killed (a restarted learner continues
+    the count from the board; its first version overwrites the slot a killed writer may have left half-copied)."""
+    child_setup(parent_pid)
+    board = WeightBoard.attach(name, "writer")
+    base = board_pattern(board.n_params)
+    vec = np.empty_like(base)
+    v = board.version()
+    while True:
+        np.add(base, np.float32(v + 1), out=vec)
+        got = board.publish(vec)
+        if got != v + 1:
+            os._exit(3)  # the count did not continue: the parent sees exit code 3
+        v = got
+
+
 def board_reader(
     parent_pid: int, name: str, seconds: float, result_q, min_reads: int = 200, min_versions: int = 20
 ) -> None:
