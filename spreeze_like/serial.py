@@ -75,6 +75,7 @@ class SerialTrainer:
         self.layout = TransitionLayout(spec.obs_dim, spec.act_dim)
         self.stats = LocalStatsBlock(stats_schema(config.samplers))
         self.storage, critic_replay, actor_replay = build.local_replay(config, spec.obs_dim, spec.act_dim)
+        self.tree = critic_replay.tree if config.prioritized else None  # --save-replay keeps its priorities
         self.writer = ReplayWriter(critic_replay, self.layout, self.stats.role("replay"))
         self.actor_board, self.critic_board = LocalBoard(), LocalBoard()
         self.samplers = [
@@ -102,8 +103,7 @@ class SerialTrainer:
         self.preloaded = 0  # replay rows a resume loaded (--save-replay)
         if context.payload is not None:
             self._restore(context.payload)
-            hook = critic_replay.tree.set_max if config.prioritized else None
-            self.preloaded = resume_replay(self.storage, context.run_dir, config.env, context.start_step, hook,
+            self.preloaded = resume_replay(self.storage, context.run_dir, config.env, context.start_step, self.tree,
                                            print_fn)
         self.start_step = context.start_step
         self.monitor = Monitor(
@@ -162,7 +162,7 @@ class SerialTrainer:
                 final = history[-1] if history and history[-1].env_step == steps else self._evaluate(steps)
             last_checkpoint = self.save_checkpoint()
             if cfg.save_replay:
-                keep_replay(self.storage, self.context.run_dir, self.env_steps(), cfg.env, self.print_fn)
+                keep_replay(self.storage, self.context.run_dir, self.env_steps(), cfg.env, self.tree, self.print_fn)
         except KeyboardInterrupt:  # a second signal (or the caller's own, off the main thread): no checkpoint
             # the handler already ignores further signals (StopSignals.hold): this close is not cut short
             self.print_fn(f"[spreeze] forced stop at {self.env_steps():,} env steps; {self._resume_hint()}")

@@ -203,7 +203,7 @@ class Supervisor:
         if self.context.payload is not None:  # a resume: an earlier --save-replay's transitions (a refused replay
             # folder ends it here, before anything is changed), then the evaluation history from the checkpoint on
             self.preloaded = resume_replay(self.owned.storage(), self.run_dir, cfg.env, self.context.start_step,
-                                           self.owned.new_row_hook(), self.say)
+                                           self.owned.tree(), self.say)
             trim_eval_history(self.run_dir, self.context.start_step)
         # Samplers may collect the warm-up while the learners are still importing torch: the critic
         # learner's first allowance is set here, before the critic (its row's only other writer) exists.

@@ -142,14 +142,15 @@ class OwnedSegments:
         ``--save-replay`` (:mod:`spreeze_like.replay.persist`); drop it before :meth:`unlink_all`."""
         return self.plan.storage_over(self.replay.mmap)
 
-    def new_row_hook(self) -> Any:
-        """What a row added by this process must run before it is published: the sum tree's ``set_max`` with
-        prioritized replay (the row gets the largest priority, as the critic's own adds do), else None."""
+    def tree(self) -> Any:
+        """A view of the sum tree this process created (prioritized replay; else None): the resume's loader puts
+        the saved priorities in it, the end's saver reads them (``--save-replay``); drop it before
+        :meth:`unlink_all`."""
         from spreeze_like.replay import SumTree
 
         if self.prio is None:
             return None
-        return SumTree(self.prio.mmap, self.plan.capacity, create=False).set_max
+        return SumTree(self.prio.mmap, self.plan.capacity, create=False)
 
     def unlink_all(self) -> list[str]:
         """Unlink every segment of the run created by this process (idempotent); returns names removed."""

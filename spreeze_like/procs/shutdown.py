@@ -119,7 +119,7 @@ def shutdown(sup: Supervisor, t0: float) -> TrainResult:
     if sup.config.save_replay and checkpointed and sup.failure is None:  # nothing writes to replay any more
         with sup.signals.deferred():  # a forcing signal lets the replay being written finish first
             keep_replay(sup.owned.storage(), sup.run_dir, checkpoint_step(sup.last_checkpoint()), sup.config.env,
-                        sup.say)
+                        sup.owned.tree(), sup.say)
     snap = sup.block.snapshot()
     steps = sup.global_step(snap)
     write_startup(sup.run_dir, sup.startup, sup.children, snap)

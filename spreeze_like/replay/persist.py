@@ -24,9 +24,17 @@ the next save. Only the newest replay folder is kept.
 Loading trusts nothing: ``.npy`` files are read without pickle, every column's dtype and shape is
 checked against ``meta.json`` and against the env's dimensions, and a folder that fails any check is
 a one-line :class:`~spreeze_like.errors.CheckpointError` saying to delete it (the run then resumes
-with an empty buffer, as without ``--save-replay``). Prioritized replay: the tree's priorities are
-not saved; loaded rows get the largest priority seen, as new rows do, and TD errors re-rank them as
-they are sampled. Odd-generation slots (a writer killed mid-chunk) are left out.
+with an empty buffer, as without ``--save-replay``). Odd-generation slots (a writer killed mid-chunk)
+are left out.
+
+Prioritized replay: the sum tree's priorities are saved too (``priority.npy``, float64, in the rows'
+order; ``meta.json`` says ``"priorities": true`` and holds the largest priority set, which new rows
+get), and a prioritized resume puts each loaded row back at its priority, so sampling goes on where it
+stopped. Without them every loaded row would get a new tree's largest priority, 1.0: sampling would
+be uniform over the loaded rows until TD errors had re-ranked each one. A replay saved without
+priorities (a uniform run, or an older spreeze_like) loads into a prioritized run with the largest
+priority for every row, as new rows get; a uniform resume ignores saved priorities. Still format 1:
+the file and the keys are optional, and an older reader ignores them.
 """
 
 from __future__ import annotations
@@ -44,11 +52,13 @@ import numpy as np
 from spreeze_like.checkpoint import fsync_dir
 from spreeze_like.errors import CheckpointError
 from spreeze_like.replay.storage import ReplayStorage
+from spreeze_like.replay.sum_tree import SumTree
 
 FORMAT = 1
 COLUMNS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
 _NAME = re.compile(r"^replay_(\d{10,})$")
 _TMP_PREFIX = ".replay_tmp."
+PRIORITY_FILE = "priority.npy"  # prioritized replay's sum-tree leaves of the saved rows, float64
 LOAD_CHUNK = 65_536  # rows appended per storage.add while loading (bounds the copy's extra memory)
 
 
@@ -80,11 +90,20 @@ def _fifo_slots(storage: ReplayStorage) -> np.ndarray:
     return slots[storage.generations[slots] % 2 == 0]
 
 
-def save_replay(storage: ReplayStorage, checkpoints: Path, env_step: int, env_id: str) -> SavedReplay:
-    """Write ``storage``'s rows to ``checkpoints/replay_<env_step>/`` and remove every older replay folder.
+def _write_npy(path: Path, array: np.ndarray) -> None:
+    with open(path, "wb") as f:
+        np.save(f, array, allow_pickle=False)
+        f.flush()
+        os.fsync(f.fileno())
 
-    The caller guarantees that nothing adds to the storage meanwhile. Raises OSError on a failed write
-    (a full disk): nothing partial is left and the previous replay folder stays.
+
+def save_replay(storage: ReplayStorage, checkpoints: Path, env_step: int, env_id: str,
+                tree: SumTree | None = None) -> SavedReplay:
+    """Write ``storage``'s rows (and prioritized replay's ``tree`` priorities of them) to
+    ``checkpoints/replay_<env_step>/`` and remove every older replay folder.
+
+    The caller guarantees that nothing adds to the storage or the tree meanwhile. Raises OSError on a failed
+    write (a full disk): nothing partial is left and the previous replay folder stays.
     """
     for stale in checkpoints.glob(f"{_TMP_PREFIX}*"):  # a killed writer's leftovers
         shutil.rmtree(stale, ignore_errors=True)
@@ -92,14 +111,15 @@ def save_replay(storage: ReplayStorage, checkpoints: Path, env_step: int, env_id
     tmp = checkpoints / f"{_TMP_PREFIX}{os.getpid()}"
     slots = _fifo_slots(storage)
     meta = {"format": FORMAT, "env": env_id, "obs_dim": storage.obs_dim, "act_dim": storage.act_dim,
-            "rows": int(slots.size), "env_step": int(env_step)}
+            "rows": int(slots.size), "env_step": int(env_step), "priorities": tree is not None}
+    if tree is not None:
+        meta["max_priority"] = tree.max_priority()
     try:
         tmp.mkdir()
         for name in COLUMNS:
-            with open(tmp / f"{name}.npy", "wb") as f:
-                np.save(f, getattr(storage, name)[slots], allow_pickle=False)
-                f.flush()
-                os.fsync(f.fileno())
+            _write_npy(tmp / f"{name}.npy", getattr(storage, name)[slots])
+        if tree is not None:
+            _write_npy(tmp / PRIORITY_FILE, tree.get(slots))
         with open(tmp / "meta.json", "w") as f:
             json.dump(meta, f)
             f.flush()
@@ -125,39 +145,50 @@ def _read_meta(folder: Path) -> dict:
         raise CheckpointError(f"{folder}/meta.json is unreadable ({type(exc).__name__}); delete {folder} to resume "
                               "with an empty replay buffer") from None
     counts = ("obs_dim", "act_dim", "rows", "env_step")
+    top = meta.get("max_priority", 1.0) if isinstance(meta, dict) else None
     if (not isinstance(meta, dict) or meta.get("format") != FORMAT or not isinstance(meta.get("env"), str)
-            or any(type(meta.get(k)) is not int or meta[k] < 0 for k in counts)):
+            or any(type(meta.get(k)) is not int or meta[k] < 0 for k in counts)
+            or type(meta.get("priorities", False)) is not bool
+            or type(top) not in (int, float) or not np.isfinite(top) or top < 1.0):  # a tree's max starts at 1
         raise CheckpointError(f"{folder} is not a spreeze_like replay of format {FORMAT}; delete it to resume with an "
                               "empty replay buffer")
     return meta
 
 
-def _read_columns(folder: Path, meta: dict) -> dict[str, np.ndarray]:
-    """Every column memory-mapped, checked for dtype and shape (no pickle, nothing read into memory yet)."""
+def _read_columns(folder: Path, meta: dict, with_priorities: bool) -> dict[str, np.ndarray]:
+    """Every column memory-mapped, checked for dtype and shape (no pickle, nothing read into memory yet); the
+    priorities too (``"priority"``) when ``with_priorities`` and the folder has them, checked for values."""
     rows, obs_dim, act_dim = int(meta["rows"]), int(meta["obs_dim"]), int(meta["act_dim"])
     shapes = {"obs": (rows, obs_dim), "action": (rows, act_dim), "next_obs": (rows, obs_dim)}
+    wanted = [(name, f"{name}.npy", np.float32) for name in COLUMNS]
+    if with_priorities and meta.get("priorities"):
+        wanted.append(("priority", PRIORITY_FILE, np.float64))
     columns = {}
-    for name in COLUMNS:
-        path = folder / f"{name}.npy"
+    for name, file, dtype in wanted:
+        path = folder / file
         try:
             array = np.load(path, mmap_mode="r", allow_pickle=False)
         except (OSError, ValueError, EOFError) as exc:
             raise CheckpointError(f"{path} is corrupt or unreadable ({type(exc).__name__}); delete {folder} to resume "
                                   "with an empty replay buffer") from None
-        if array.dtype != np.float32 or array.shape != shapes.get(name, (rows,)):
-            raise CheckpointError(f"{path} holds {array.dtype}{list(array.shape)}, not float32"
-                                  f"{list(shapes.get(name, (rows,)))}; delete {folder} to resume with an empty replay "
-                                  "buffer")
+        shape = shapes.get(name, (rows,))
+        if array.dtype != dtype or array.shape != shape:
+            raise CheckpointError(f"{path} holds {array.dtype}{list(array.shape)}, not {np.dtype(dtype).name}"
+                                  f"{list(shape)}; delete {folder} to resume with an empty replay buffer")
         columns[name] = array
+    saved = columns.get("priority")
+    if saved is not None and not (np.isfinite(saved).all() and (saved >= 0).all()):
+        raise CheckpointError(f"{folder / PRIORITY_FILE} holds priorities that are negative or not finite; delete "
+                              f"{folder} to resume with an empty replay buffer")
     return columns
 
 
 def load_replay(checkpoints: Path, storage: ReplayStorage, env_id: str,
-                on_written: Callable[[np.ndarray], object] | None = None) -> SavedReplay | None:
+                tree: SumTree | None = None) -> SavedReplay | None:
     """Append the newest saved replay of a run to an empty ``storage`` (FIFO: its newest rows when the storage is
-    smaller); None when the run has none. ``on_written`` as in :meth:`ReplayStorage.add` (the sum tree's
-    ``set_max`` for prioritized replay). Raises CheckpointError, adding nothing, for a replay that is not this
-    env's or does not read back."""
+    smaller); None when the run has none. With prioritized replay's ``tree`` each row gets its saved priority
+    (saved without: the largest one, as a new row does) before it is published. Raises CheckpointError, adding
+    nothing, for a replay that is not this env's or does not read back."""
     found = replay_folders(checkpoints)
     if not found:
         return None
@@ -167,20 +198,42 @@ def load_replay(checkpoints: Path, storage: ReplayStorage, env_id: str,
         raise CheckpointError(f"{folder} holds transitions of env {meta['env']!r} with obs/action dims "
                               f"{meta['obs_dim']}/{meta['act_dim']}, not {env_id!r} with {storage.obs_dim}/"
                               f"{storage.act_dim}; delete it to resume with an empty replay buffer")
-    columns = _read_columns(folder, meta)
+    columns = _read_columns(folder, meta, with_priorities=tree is not None)
     if storage.inserted:
         raise ValueError("load_replay needs an empty storage")
     rows = int(meta["rows"])
     first = max(0, rows - storage.capacity)  # a smaller --buffer-size keeps the newest rows
     chunk = min(LOAD_CHUNK, storage.capacity)
+    saved = columns.get("priority")
+
+    def prioritize(lo: int, hi: int) -> Callable[[np.ndarray], object] | None:
+        if tree is None:
+            return None
+        if saved is None:
+            return tree.set_max
+        return lambda slots: tree.update(slots, np.asarray(saved[lo:hi]))
+
     try:
         for lo in range(first, rows, chunk):
             hi = min(rows, lo + chunk)
-            storage.add(*(np.asarray(columns[name][lo:hi]) for name in COLUMNS), on_written=on_written)
+            storage.add(*(np.asarray(columns[name][lo:hi]) for name in COLUMNS), on_written=prioritize(lo, hi))
+        if saved is not None and rows > first:
+            _restore_max_priority(tree, float(meta["max_priority"]), storage, saved[rows - 1])
     except (OSError, ValueError) as exc:  # a file truncated after its header was read
         raise CheckpointError(f"{folder} does not read back ({type(exc).__name__}: {exc}); delete it to resume with "
                               "an empty replay buffer") from None
     return SavedReplay(folder, rows - first, int(meta["env_step"]))
+
+
+def _restore_max_priority(tree: SumTree, top: float, storage: ReplayStorage, newest: float) -> None:
+    """Raise ``tree``'s largest priority to the saved run's (what new rows get). The tree keeps the largest
+    priority ever *set*, and a loaded row's may be below it; so the newest loaded row is set to ``top`` and
+    back (the largest only grows), the one way to raise it that the native tree offers."""
+    if tree.max_priority() >= top:
+        return
+    slot = np.array([(storage.inserted - 1) % storage.capacity], dtype=np.int64)
+    tree.update(slot, np.array([top]))
+    tree.update(slot, np.array([newest], dtype=np.float64))
 
 
 def describe_loaded(loaded: SavedReplay, checkpoint_step: int) -> str:
@@ -198,12 +251,13 @@ def describe_loaded(loaded: SavedReplay, checkpoint_step: int) -> str:
 
 # --- what the two modes call: the supervisor (parallel) and the serial trainer ---------------------------------
 def resume_replay(storage: ReplayStorage, run_dir: Path, env_id: str, checkpoint_step: int,
-                  on_written: Callable[[np.ndarray], object] | None, say: Callable[[str], None]) -> int:
-    """At a resume, before any role adds a row: the newest saved replay into the empty storage. Returns the rows
-    loaded (0 without a saved replay: the run refills its buffer as it always did). The loader gives up the
-    writer role afterwards, so the critic's feeder (another process) may add next."""
+                  tree: SumTree | None, say: Callable[[str], None]) -> int:
+    """At a resume, before any role adds a row: the newest saved replay into the empty storage (and its
+    priorities into prioritized replay's ``tree``). Returns the rows loaded (0 without a saved replay: the run
+    refills its buffer as it always did). The loader gives up the writer role afterwards, so the critic's
+    feeder (another process) may add next."""
     try:
-        loaded = load_replay(Path(run_dir) / "checkpoints", storage, env_id, on_written)
+        loaded = load_replay(Path(run_dir) / "checkpoints", storage, env_id, tree)
     finally:
         storage.release_writer()
     if loaded is None:
@@ -212,15 +266,17 @@ def resume_replay(storage: ReplayStorage, run_dir: Path, env_id: str, checkpoint
     return loaded.rows
 
 
-def keep_replay(storage: ReplayStorage, run_dir: Path, env_step: int, env_id: str,
+def keep_replay(storage: ReplayStorage, run_dir: Path, env_step: int, env_id: str, tree: SumTree | None,
                 say: Callable[[str], None]) -> SavedReplay | None:
-    """At a session's end, after its final checkpoint: save the replay (``--save-replay``). A failed write (a full
-    disk) is one line, not a failure of the run: its checkpoint is written, and a resume refills the buffer."""
+    """At a session's end, after its final checkpoint: save the replay (``--save-replay``), with prioritized
+    replay's ``tree`` priorities. A failed write (a full disk) is one line, not a failure of the run: its
+    checkpoint is written, and a resume refills the buffer."""
     checkpoints = Path(run_dir) / "checkpoints"
     try:
-        saved = save_replay(storage, checkpoints, env_step, env_id)
+        saved = save_replay(storage, checkpoints, env_step, env_id, tree)
     except OSError as exc:  # ENOSPC from a write, or numpy's short-write error (no errno) from np.save
         row_bytes = sum(getattr(storage, name)[:1].nbytes for name in COLUMNS)  # what one saved row takes
+        row_bytes += 8 if tree is not None else 0  # its float64 priority
         try:
             free = f"{shutil.disk_usage(checkpoints).free / 2**20:,.0f} MiB free there"
         except OSError:

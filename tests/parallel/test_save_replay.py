@@ -12,6 +12,7 @@ import json
 import shutil
 import signal
 
+import numpy as np
 import pytest
 
 from spreeze_like.checkpoint import load_latest
@@ -37,7 +38,7 @@ def test_a_resume_continues_with_the_saved_replay_and_no_second_warm_up(tmp_path
     payload, _ = load_latest(run_dir)
     assert payload["critic_updates"] == 600 - LEARN_AFTER + 1
     assert _meta(run_dir) == {"format": 1, "env": "Pendulum-v1", "obs_dim": 3, "act_dim": 1, "rows": 600,
-                              "env_step": 600}
+                              "env_step": 600, "priorities": False}
     assert "[spreeze] replay: 600 transitions saved in " in done.stdout
 
     again = run_cli("--resume", str(run_dir), *mode[then], "--total-steps", "900")
@@ -51,6 +52,25 @@ def test_a_resume_continues_with_the_saved_replay_and_no_second_warm_up(tmp_path
     assert _meta(run_dir)["rows"] == 900 and _meta(run_dir)["env_step"] == 900
     if then == "parallel":  # its segments and processes (a serial run makes none; the autouse fixture checks both)
         assert_nothing_left(run_dir)
+
+
+@pytest.mark.parametrize("mode", ["--no-serial", "--serial"])
+def test_prioritized_replay_saves_its_priorities_and_the_resume_loads_them(tmp_path, mode):
+    """Which priority each loaded row gets is checked in tests/replay/test_persist.py; here the two modes'
+    owners of the sum tree (the supervisor's view; the serial trainer's own) write and read them."""
+    args = (*TINY_ARGS, mode, "--prioritized", "--save-replay")
+    done = run_cli(*args, "--total-steps", "600", "--logdir", str(tmp_path / "runs"))
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path / "runs")
+    meta = _meta(run_dir)
+    assert meta["priorities"] is True and meta["max_priority"] >= 1.0
+    saved = np.load(replay_folders(run_dir / "checkpoints")[0] / "priority.npy")
+    # TD errors re-ranked the sampled rows: not every row at the largest priority any more
+    assert saved.shape == (600,) and np.isfinite(saved).all() and (saved > 0).all() and len(np.unique(saved)) > 100
+    again = run_cli("--resume", str(run_dir), mode, "--total-steps", "700")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert "[spreeze] replay: 600 transitions loaded from replay_0000000600" in again.stdout
+    assert _meta(run_dir)["rows"] == 700 and _meta(run_dir)["priorities"] is True
 
 
 def test_sigterm_saves_the_replay_beside_its_checkpoint_and_the_resume_loads_it(tmp_path):

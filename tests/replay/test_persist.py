@@ -149,16 +149,67 @@ def _corrupt(folder: Path, how: str) -> None:
         (folder / "meta.json").write_text(json.dumps({**meta, "rows": "50", "obs_dim": 3.0}))
 
 
-@pytest.mark.parametrize("how", ["truncated", "garbage", "pickled", "dtype", "rows", "meta", "foreign", "types"])
+    elif how == "priority-values":
+        np.save(folder / "priority.npy", np.r_[np.ones(49), np.nan])
+    elif how == "priority-shape":
+        np.save(folder / "priority.npy", np.ones(49))
+    elif how in ("priority-flag", "priority-max"):
+        meta = json.loads((folder / "meta.json").read_text())
+        change = {"priorities": "yes"} if how == "priority-flag" else {"max_priority": 0.5}
+        (folder / "meta.json").write_text(json.dumps({**meta, **change}))
+
+
+@pytest.mark.parametrize("how", ["truncated", "garbage", "pickled", "dtype", "rows", "meta", "foreign", "types",
+                                 "priority-values", "priority-shape", "priority-flag", "priority-max"])
 def test_a_corrupt_replay_is_one_line_saying_to_delete_it(tmp_path, how):
-    saved = save_replay(filled(100, 50), tmp_path, 50, ENV)
+    saved = save_replay(filled(100, 50), tmp_path, 50, ENV, SumTree.local(100))
     _corrupt(saved.path, how)
-    target = ReplayStorage.local(100, OBS, ACT)
+    target, tree = ReplayStorage.local(100, OBS, ACT), SumTree.local(100)
     with pytest.raises(CheckpointError) as info:
-        load_replay(tmp_path, target, ENV)
+        load_replay(tmp_path, target, ENV, tree)
     message = str(info.value)
     assert "\n" not in message and "delete" in message and str(saved.path) in message
-    assert target.inserted == 0
+    assert target.inserted == 0 and tree.total() == 0
+
+
+def _prioritized(capacity: int, rows: int, seed: int = 0) -> tuple[ReplayStorage, SumTree, dict[float, float]]:
+    """A filled storage whose tree holds a distinct random priority per row (and a largest priority set, 9.5, that
+    no row holds any more); returns the priority of each row number."""
+    storage, tree = ReplayStorage.local(capacity, OBS, ACT), SumTree.local(capacity)
+    for lo in range(0, rows, 100):
+        storage.add(*chunk(lo, min(100, rows - lo)), on_written=tree.set_max)
+    slots = np.arange(storage.size, dtype=np.int64)
+    tree.update(slots[:1], np.array([9.5]))
+    tree.update(slots, np.random.default_rng(seed).uniform(0.05, 3.0, slots.size))
+    return storage, tree, dict(zip(storage.reward[slots].tolist(), tree.get(slots).tolist(), strict=True))
+
+
+@pytest.mark.parametrize(("saved_rows", "capacity"), [(640, 1000), (2730, 1000), (2730, 300)])
+def test_prioritized_replay_resumes_with_each_rows_priority(tmp_path, saved_rows, capacity):
+    storage, tree, by_row = _prioritized(1000, saved_rows)
+    save_replay(storage, tmp_path, saved_rows, ENV, tree)
+    target, loaded = ReplayStorage.local(capacity, OBS, ACT), SumTree.local(capacity)
+    load_replay(tmp_path, target, ENV, loaded)
+    slots = np.arange(target.size, dtype=np.int64)
+    got = dict(zip(target.reward[slots].tolist(), loaded.get(slots).tolist(), strict=True))
+    assert got == {row: by_row[row] for row in got}  # every row back at its own priority (not 1.0)
+    assert len(got) == min(capacity, storage.size)
+    assert loaded.max_priority() == 9.5  # what the next new row gets, as in the saved run
+    assert loaded.total() == pytest.approx(sum(got.values()))
+
+
+def test_saved_priorities_are_ignored_by_a_uniform_resume_and_missing_ones_give_the_largest(tmp_path):
+    storage, tree, _ = _prioritized(100, 60)
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    saved = save_replay(storage, tmp_path / "a", 60, ENV, tree)
+    (saved.path / "priority.npy").write_bytes(b"not read by a uniform resume")
+    assert load_replay(tmp_path / "a", ReplayStorage.local(100, OBS, ACT), ENV).rows == 60
+    save_replay(storage, tmp_path / "b", 60, ENV)  # a uniform run's replay (or an older spreeze_like's)
+    assert not (tmp_path / "b" / "replay_0000000060" / "priority.npy").exists()
+    fresh = SumTree.local(100)
+    load_replay(tmp_path / "b", ReplayStorage.local(100, OBS, ACT), ENV, fresh)
+    np.testing.assert_array_equal(fresh.get(np.arange(60)), np.ones(60))
 
 
 def test_resume_replay_gives_up_the_writer_role_and_says_what_it_loaded(tmp_path):
@@ -184,7 +235,7 @@ def test_prioritized_rows_loaded_get_a_priority_and_are_sampled(tmp_path):
     save_replay(filled(128, 128), tmp_path, 128, ENV)
     storage = ReplayStorage.local(128, OBS, ACT)
     tree = SumTree.local(128)
-    load_replay(tmp_path, storage, ENV, on_written=tree.set_max)
+    load_replay(tmp_path, storage, ENV, tree)
     assert np.count_nonzero(tree.leaves()) == 128
     batch = PrioritizedSampler(storage, tree, seed=3).sample(64)
     assert np.isfinite(batch.weights).all() and batch.obs.shape == (64, OBS)
@@ -194,11 +245,11 @@ def test_a_full_disk_is_one_line_and_keeps_the_previous_replay(tmp_path):
     with small_tmpfs(tmp_path / "fs", 1024) as fs:
         checkpoints = fs / "checkpoints"
         checkpoints.mkdir()
-        keep_replay(filled(100, 20), fs, 20, ENV, lambda line: None)  # about 2 KiB
+        keep_replay(filled(100, 20), fs, 20, ENV, None, lambda line: None)  # about 2 KiB
         fill(fs, leave_kib=8)
         lines: list[str] = []
         big = filled(20_000, 20_000, step=5000)  # about 1 MiB: cannot fit
-        assert keep_replay(big, fs, 20_000, ENV, lines.append) is None
+        assert keep_replay(big, fs, 20_000, ENV, None, lines.append) is None
         assert len(lines) == 1 and lines[0].startswith("[spreeze] replay not saved (")
         assert "it needs 1 MiB" in lines[0] and "MiB free there): the checkpoint is written" in lines[0]
         assert sorted(p.name for p in checkpoints.iterdir()) == ["replay_0000000020"]  # no temporary folder left
