@@ -152,12 +152,13 @@ def fingerprint() -> str:
 
 
 def machine_kind() -> str:
-    """``"<CPU model>, <N> cores; GPUs: <models>"``: what a benchmark's figures compare across (no CUDA init).
+    """``"<CPU model>, <N> cores; GPUs: <models>"``: what a benchmark's figures compare across (no CUDA init in
+    this process: the driver's files, else the GPU subprocess, as a container may hide the driver's /proc).
 
     Not the host name: a lent machine gets a new one each lease, and two leases of one card compare.
     """
-    gpus = ", ".join(driver_gpu_models()) or "none"
-    return f"{cpu_model()}, {usable_cores()} cores; GPUs: {gpus}"
+    models = driver_gpu_models() or [g.name for g in probe_gpus()[0]]
+    return f"{cpu_model()}, {usable_cores()} cores; GPUs: {', '.join(models) or 'none'}"
 
 
 def probe_hardware(with_gpus: bool = True) -> Hardware:

@@ -177,6 +177,11 @@ def test_the_machine_kind_names_no_host(monkeypatch):
     kind = hardware.machine_kind()
     assert kind.endswith("; GPUs: NVIDIA H200") and f"{hardware.usable_cores()} cores" in kind
     assert "vm-lease-4f2a91" not in kind
+    # a container that hides the driver's /proc files: the GPU subprocess names the cards
+    monkeypatch.setattr(hardware, "driver_gpu_models", lambda: [])
+    card = hardware.GpuInfo(0, "NVIDIA H100 80GB HBM3", 80 * 2**30, 79 * 2**30)
+    monkeypatch.setattr(hardware, "probe_gpus", lambda: ([card], ""))
+    assert hardware.machine_kind().endswith("; GPUs: NVIDIA H100 80GB HBM3")
 
 
 def test_a_call_cut_short_keeps_the_runs_that_finished(tmp_path, monkeypatch, capsys):
