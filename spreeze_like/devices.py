@@ -23,6 +23,7 @@ import os
 import re
 import sys
 from pathlib import Path
+from typing import Any
 
 from spreeze_like.errors import ConfigError
 
@@ -130,6 +131,16 @@ def resolve_tool_device(flag: str, device: str | None) -> str:
     if device in (None, "auto"):
         return "cuda:0" if cuda_device_count() else "cpu"
     return _check(flag, device, cuda_device_count() if device.startswith("cuda") else 0)
+
+
+def tool_device(parser: Any, device: str | None, flag: str = "device") -> str:
+    """:func:`resolve_tool_device` for a tool's argparse ``parser``: a device this machine lacks ends the tool
+    with one ``error:`` line and exit status 2 (``parser.exit``), not a traceback from deep inside torch."""
+    try:
+        return resolve_tool_device(flag, device)
+    except ConfigError as exc:
+        parser.exit(2, f"error: {exc}\n")
+        raise  # parser.exit does not return; for the type checker
 
 
 def resolve_devices(actor_device: str, critic_device: str, count: int | None = None) -> tuple[str, str]:

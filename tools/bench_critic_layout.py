@@ -42,6 +42,7 @@ from spreeze_like.algos import make_actor_part, make_critic_part
 from spreeze_like.algos.base import AlgoSpec, Batch
 from spreeze_like.algos.crossq_critic import BatchRenorm, commit_statistics
 from spreeze_like.algos.networks import FP32Linear, StackedQ, mlp
+from spreeze_like.devices import tool_device
 
 VIEW_OPS = frozenset({"t", "detach", "view", "unsqueeze", "squeeze", "expand", "unbind", "select", "_unsafe_view",
                       "transpose", "permute", "alias", "as_strided", "slice", "split", "_reshape_alias", "reshape",
@@ -150,8 +151,9 @@ def kernel_ops(parts: dict, batch: Batch, batched: bool) -> dict[str, int]:
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_step_args(parser, [256])
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda:N or auto")
     args = parser.parse_args(argv)
+    args.device = tool_device(parser, args.device)
     torch.set_num_threads(1)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}  load {load}  device {args.device}  {args.algo} "

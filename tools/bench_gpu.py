@@ -218,13 +218,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
     parser.add_argument("--json", default="bench_gpu.json", help="where to write the figures")
     args = parser.parse_args(argv)
-    from spreeze_like.devices import resolve_tool_device
-    from spreeze_like.errors import ConfigError
+    from spreeze_like.devices import tool_device
 
-    try:
-        device = resolve_tool_device("device", args.device)
-    except ConfigError as exc:
-        parser.exit(2, f"error: {exc}\n")
+    device = tool_device(parser, args.device)
     import torch
 
     torch.set_num_threads(1)  # as every learner process runs (--torch-threads 1), ours and the peer alike

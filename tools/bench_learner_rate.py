@@ -135,14 +135,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--learning-starts", type=int, default=1000)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--hidden-sizes", type=int, nargs="+", default=[256, 256])
-    parser.add_argument("--device", default="cpu", help="critic and actor device")
+    parser.add_argument("--device", default="cpu", help="critic and actor device: cpu (default), cuda:N or auto")
     parser.add_argument("--samplers", type=int, default=1)
     parser.add_argument("--alone-seconds", type=float, default=20.0)
     parser.add_argument("--feeders", nargs="+", default=["inline", "thread"], choices=["inline", "thread"])
     parser.add_argument("--repeats", type=int, default=1, help="rounds of (runs, alone), for medians")
     parser.add_argument("--json", default="", help="also write the results to this file")
     args = parser.parse_args(argv)
+    from spreeze_like.devices import tool_device
 
+    args.device = tool_device(parser, args.device)
     from spreeze_like.config import TrainConfig
 
     logdir = tempfile.mkdtemp(prefix="bench_learner_rate_")

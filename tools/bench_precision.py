@@ -23,7 +23,7 @@ import torch
 
 from spreeze_like.algos import make_actor_part, make_critic_part
 from spreeze_like.algos.base import AlgoSpec, Batch
-from spreeze_like.devices import cpu_has_native_bf16
+from spreeze_like.devices import cpu_has_native_bf16, tool_device
 
 
 def random_batch(n: int, obs_dim: int, act_dim: int, device: str) -> Batch:
@@ -66,8 +66,9 @@ def add_step_args(parser: argparse.ArgumentParser, batch_sizes: list[int]) -> No
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_step_args(parser, [256])
-    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--device", default="cpu", help="cpu (default), cuda:N or auto")
     args = parser.parse_args()
+    args.device = tool_device(parser, args.device)
     torch.set_num_threads(1)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}  load {load}  device {args.device}  native CPU bf16: "

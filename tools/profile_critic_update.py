@@ -34,13 +34,9 @@ def main(argv: list[str] | None = None) -> None:
                         help="stub the step out (each update returns the last TD errors): what is timed is the "
                              "host's own work per update (mirror sync, counters, stats, weight polls and transfers)")
     args = parser.parse_args(argv)
-    from spreeze_like.devices import resolve_tool_device
-    from spreeze_like.errors import ConfigError
+    from spreeze_like.devices import tool_device
 
-    try:
-        args.device = resolve_tool_device("device", args.device)
-    except ConfigError as exc:
-        parser.exit(2, f"error: {exc}\n")
+    args.device = tool_device(parser, args.device)
     import torch
     from gpu_rates import _sync, make_critic, random_storage
     from torch.profiler import ProfilerActivity, profile

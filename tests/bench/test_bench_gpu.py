@@ -55,10 +55,12 @@ def _no_cuda() -> bool:
     return cuda_device_count() == 0
 
 
-@pytest.mark.parametrize("tool", ["bench_gpu.py", "profile_critic_update.py"])
+@pytest.mark.parametrize("tool", ["bench_gpu.py", "profile_critic_update.py", "bench_critic_layout.py",
+                                  "bench_precision.py", "bench_learner_rate.py"])
 def test_a_gpu_this_machine_lacks_is_one_line_and_exit_2(tool):
-    """Before: bench_gpu printed a traceback per section and then waited 300 s on its dual section's dead
-    learners; profile_critic_update a traceback."""
+    """Every tool with a --device (devices.tool_device). Before: bench_gpu printed a traceback per section and
+    then waited 300 s on its dual section's dead learners; the others a traceback from inside torch or the
+    config."""
     if not _no_cuda():
         pytest.skip("this machine has a GPU: the refusal is for one without")
     proc = subprocess.run([sys.executable, str(ROOT / "tools" / tool), "--device", "cuda:0"], capture_output=True,
