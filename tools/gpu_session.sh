@@ -64,7 +64,7 @@ t0=$(date +%s)
 stamp() { echo "[gpu_session +$(( $(date +%s) - t0 )) s] $*"; }
 # the autotuner's probe files (its cache) come back too: a recorded GPU probe is a planner fixture
 # (tests/autotune/fixtures; the grid of 2026-11-28 had to be transcribed from the printed lines)
-keep_probes() { cp "${XDG_CACHE_HOME:-$HOME/.cache}"/spreeze_like/probes/*.json "$out/" 2>/dev/null || true; }
+keep_probes() { cp "${1:-${XDG_CACHE_HOME:-$HOME/.cache}}"/spreeze_like/probes/*.json "$out/" 2>/dev/null || true; }
 
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "error: wheel install failed" >&2; exit 3; }
@@ -135,9 +135,11 @@ timeout 60 python3 -m pytest -q -m gpu -p no:cacheprovider --timeout 55 -k sigki
 tail -3 "$out/tests.log"
 stamp "tests done"
 
-timeout 45 python3 -m spreeze_like.run --env HalfCheetah-v5 --plan-only --reprobe --probe-budget 15 \
-  --logdir /tmp/gpu_runs > "$out/autotune_plan.txt" 2>&1
+# its own cache: a 15 s probe left in the machine's cache would be what a later autotuned phase on the still warm
+# machine plans from, instead of the default 60 s probe a user's --autotune makes
+XDG_CACHE_HOME=/tmp/core_probe_cache timeout 45 python3 -m spreeze_like.run --env HalfCheetah-v5 --plan-only --reprobe \
+  --probe-budget 15 --logdir /tmp/gpu_runs > "$out/autotune_plan.txt" 2>&1
 tail -40 "$out/autotune_plan.txt"
-keep_probes
+keep_probes /tmp/core_probe_cache
 stamp "autotune plan done"
 ls /dev/shm | grep -c '^spz\.\|^sem\.spz\.' | sed 's/^/segments of ours left in \/dev\/shm: /'
