@@ -275,8 +275,9 @@ def dual_vs_single(device: str, batch: int, seconds: float, rows: int = 200_000,
             if "critic_ready" in dual and "actor_ready" in dual:
                 go.set()
     finally:
+        reported = len(dual) == 4  # else the other learner may wait for its go: not 60 s more for it
         for p in procs:
-            p.join(timeout=60)
+            p.join(timeout=60 if reported else 1)
             if p.is_alive():
                 p.kill()
                 p.join()
