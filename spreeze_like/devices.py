@@ -125,22 +125,16 @@ def _check(name: str, device: str, count: int) -> str:
     return device
 
 
-def resolve_tool_device(flag: str, device: str | None) -> str:
-    """A benchmark tool's ``--<flag>``: ``auto`` (or None) is ``cuda:0`` when there is a GPU, else ``cpu``; an
-    explicit CUDA device must exist (ConfigError in one line otherwise, before the tool makes anything)."""
+def tool_device(parser: Any, device: str | None, flag: str = "device") -> str:
+    """A benchmark tool's ``--<flag>``: ``auto`` (or None) is ``cuda:0`` when there is a GPU, else ``cpu``; a
+    device this machine lacks ends the tool before it makes anything, with one ``error:`` line and exit status
+    2 (``parser.exit``, the tool's argparse parser), not a traceback from deep inside torch."""
     if device in (None, "auto"):
         return "cuda:0" if cuda_device_count() else "cpu"
-    return _check(flag, device, cuda_device_count() if device.startswith("cuda") else 0)
-
-
-def tool_device(parser: Any, device: str | None, flag: str = "device") -> str:
-    """:func:`resolve_tool_device` for a tool's argparse ``parser``: a device this machine lacks ends the tool
-    with one ``error:`` line and exit status 2 (``parser.exit``), not a traceback from deep inside torch."""
     try:
-        return resolve_tool_device(flag, device)
+        return _check(flag, device, cuda_device_count() if device.startswith("cuda") else 0)
     except ConfigError as exc:
         parser.exit(2, f"error: {exc}\n")
-        raise  # parser.exit does not return; for the type checker
 
 
 def resolve_devices(actor_device: str, critic_device: str, count: int | None = None) -> tuple[str, str]:

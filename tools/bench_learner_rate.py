@@ -142,10 +142,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1, help="rounds of (runs, alone), for medians")
     parser.add_argument("--json", default="", help="also write the results to this file")
     args = parser.parse_args(argv)
+    from spreeze_like.config import TrainConfig
     from spreeze_like.devices import tool_device
 
     args.device = tool_device(parser, args.device)
-    from spreeze_like.config import TrainConfig
 
     logdir = tempfile.mkdtemp(prefix="bench_learner_rate_")
     config = dataclasses.replace(

@@ -95,6 +95,12 @@ class RunSegments:
 
         return ReplayStorage(buffer, self.capacity, self.obs_dim, self.act_dim, create=False)
 
+    def tree_over(self, buffer: Any, seed: int | None = None) -> Any:
+        """The sum tree this plan laid out (``--prioritized``), over its segment's memory (attached, never created)."""
+        from spreeze_like.replay import SumTree
+
+        return SumTree(buffer, self.capacity, create=False, seed=seed)
+
     def create(self, schema: dict[str, list[str]], tree_seed: int) -> OwnedSegments:
         """Create every segment (supervisor). On any failure, what was created is unlinked again.
 
@@ -146,11 +152,7 @@ class OwnedSegments:
         """A view of the sum tree this process created (prioritized replay; else None): the resume's loader puts
         the saved priorities in it, the end's saver reads them (``--save-replay``); drop it before
         :meth:`unlink_all`."""
-        from spreeze_like.replay import SumTree
-
-        if self.prio is None:
-            return None
-        return SumTree(self.prio.mmap, self.plan.capacity, create=False)
+        return None if self.prio is None else self.plan.tree_over(self.prio.mmap)
 
     def unlink_all(self) -> list[str]:
         """Unlink every segment of the run created by this process (idempotent); returns names removed."""
@@ -204,12 +206,9 @@ class Attached:
         return self.plan.storage_over(self._keep(Segment.attach(self.plan.replay)).mmap)
 
     def tree(self, seed: int) -> Any:
-        from spreeze_like.replay import SumTree
-
         if self.plan.prio is None:
             raise ValueError("this run has no sum tree (not --prioritized)")
-        seg = self._keep(Segment.attach(self.plan.prio))
-        return SumTree(seg.mmap, self.plan.capacity, create=False, seed=seed)
+        return self.plan.tree_over(self._keep(Segment.attach(self.plan.prio)).mmap, seed)
 
     def close(self) -> None:
         for handle in reversed(self._open):
