@@ -3,6 +3,7 @@
 #include "spreeze/sum_tree.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include <unistd.h>
@@ -278,6 +279,16 @@ void KaryTree<K>::set_max(const std::int64_t* slots, std::size_t n) {
     unlock();
     throw;
   }
+  unlock();
+}
+
+template <int K>
+void KaryTree<K>::raise_max(double priority) {
+  if (!(priority > 0.0) || !std::isfinite(priority)) {
+    throw std::invalid_argument("the largest priority must be positive and finite");
+  }
+  lock();
+  if (priority > hdr_->max_priority) __atomic_store(&hdr_->max_priority, &priority, __ATOMIC_RELAXED);
   unlock();
 }
 

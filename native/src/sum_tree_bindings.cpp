@@ -142,6 +142,8 @@ void bind_tree(py::module_& m, const char* name) {
             t.tree->set_max(slots.data(), static_cast<std::size_t>(slots.shape(0)));
           },
           py::arg("slots"))
+      .def(
+          "raise_max", [](T& t, double priority) { t.tree->raise_max(priority); }, py::arg("priority"))
       .def("rebuild",
            [](T& t) {
              py::gil_scoped_release release;

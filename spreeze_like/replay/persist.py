@@ -218,22 +218,11 @@ def load_replay(checkpoints: Path, storage: ReplayStorage, env_id: str,
             hi = min(rows, lo + chunk)
             storage.add(*(np.asarray(columns[name][lo:hi]) for name in COLUMNS), on_written=prioritize(lo, hi))
         if saved is not None and rows > first:
-            _restore_max_priority(tree, float(meta["max_priority"]), storage, saved[rows - 1])
+            tree.raise_max(float(meta["max_priority"]))  # new rows get the saved run's largest priority
     except (OSError, ValueError) as exc:  # a file truncated after its header was read
         raise CheckpointError(f"{folder} does not read back ({type(exc).__name__}: {exc}); delete it to resume with "
                               "an empty replay buffer") from None
     return SavedReplay(folder, rows - first, int(meta["env_step"]))
-
-
-def _restore_max_priority(tree: SumTree, top: float, storage: ReplayStorage, newest: float) -> None:
-    """Raise ``tree``'s largest priority to the saved run's (what new rows get). The tree keeps the largest
-    priority ever *set*, and a loaded row's may be below it; so the newest loaded row is set to ``top`` and
-    back (the largest only grows), the one way to raise it that the native tree offers."""
-    if tree.max_priority() >= top:
-        return
-    slot = np.array([(storage.inserted - 1) % storage.capacity], dtype=np.int64)
-    tree.update(slot, np.array([top]))
-    tree.update(slot, np.array([newest], dtype=np.float64))
 
 
 def describe_loaded(loaded: SavedReplay, checkpoint_step: int) -> str:

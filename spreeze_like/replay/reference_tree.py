@@ -74,6 +74,12 @@ class ReferenceSumTree:
         slots = self._check_slots(slots)
         self.priorities[slots] = self._max
 
+    def raise_max(self, priority: float) -> None:
+        """Raise the largest priority to at least ``priority`` (positive and finite)."""
+        if not (priority > 0 and math.isfinite(priority)):
+            raise ValueError("the largest priority must be positive and finite")
+        self._max = max(self._max, float(priority))
+
     def max_priority(self) -> float:
         return self._max
 

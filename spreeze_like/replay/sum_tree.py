@@ -122,6 +122,11 @@ class SumTree:
         """Give each slot the largest priority seen so far (new transitions; 1.0 at first)."""
         self._impl.set_max(slots)
 
+    def raise_max(self, priority: float) -> None:
+        """Raise the largest priority (what :meth:`set_max` writes) to at least ``priority``, no leaf
+        changed; a resume restores the saved run's. Positive and finite, else ValueError."""
+        self._impl.raise_max(float(priority))
+
     def sample(self, n: int) -> tuple[np.ndarray, np.ndarray]:
         """Stratified proportional draw: (slots int64[n], probabilities float64[n])."""
         return self._impl.sample(n)

@@ -25,7 +25,7 @@ def op_sequences(draw):
     slot = st.integers(0, capacity - 1)
     ops = []
     for _ in range(draw(st.integers(1, 12))):
-        kind = draw(st.sampled_from(["update", "set_max", "td", "checked", "bump"]))
+        kind = draw(st.sampled_from(["update", "set_max", "td", "checked", "bump", "raise_max"]))
         slots = draw(st.lists(slot, min_size=1, max_size=2 * capacity + 5))
         n = len(slots)
         if kind == "update":
@@ -35,6 +35,8 @@ def op_sequences(draw):
             ops.append(
                 (kind, slots, tds, draw(st.sampled_from([0.0, 0.5, 0.6, 1.0])), draw(st.sampled_from([0.0, 1e-6])))
             )
+        elif kind == "raise_max":
+            ops.append((kind, slots, draw(st.floats(1e-3, 1e3))))
         elif kind == "checked":
             ops.append(
                 (
@@ -63,6 +65,9 @@ def test_random_operation_sequences_match_the_reference(case, seed):
         elif op[0] == "set_max":
             tree.set_max(slots)
             ref.set_max(slots)
+        elif op[0] == "raise_max":
+            tree.raise_max(op[2])
+            ref.raise_max(op[2])
         elif op[0] == "td":
             _, _, tds, alpha, eps = op
             assert tree.update_from_td(slots, np.array(tds), alpha, eps) == ref.update_from_td(slots, tds, alpha, eps)
@@ -150,6 +155,23 @@ def test_new_slots_get_the_largest_priority_seen():
     tree.update(np.array([1]), np.array([0.5]))
     tree.set_max(np.array([5]))
     assert tree.get(np.array([5]))[0] == 3.0 and tree.max_priority() == 3.0
+
+
+def test_raise_max_sets_what_new_slots_get_and_changes_no_leaf():
+    tree = SumTree.local(16)
+    tree.update(np.array([0, 1]), np.array([2.0, 0.5]))
+    before = _snapshot(tree)[0]
+    tree.raise_max(9.5)  # a resumed run's largest priority, above every loaded row's
+    assert tree.max_priority() == 9.5
+    for level, saved in zip(_snapshot(tree)[0], before):
+        np.testing.assert_array_equal(level, saved)
+    tree.raise_max(4.0)  # the largest only grows
+    tree.set_max(np.array([3]))
+    assert tree.get(np.array([3]))[0] == 9.5
+    for bad in (0.0, -1.0, float("nan"), float("inf")):
+        with pytest.raises(ValueError, match="positive and finite"):
+            tree.raise_max(bad)
+    assert tree.max_priority() == 9.5
 
 
 def _snapshot(tree: SumTree):

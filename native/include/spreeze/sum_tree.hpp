@@ -231,6 +231,9 @@ class KaryTree {
                         const std::uint64_t* expected, const std::uint64_t* gens);
   // Sets each slot's priority to the largest priority seen so far (what new transitions get).
   void set_max(const std::int64_t* slots, std::size_t n);
+  // Raises the largest priority (what set_max writes) to at least `priority` without touching a leaf:
+  // a resume restores the saved run's, which may exceed every loaded row's. It only grows, as always.
+  void raise_max(double priority);
   // Recomputes every inner node from the leaves.
   void rebuild();
 
