@@ -21,7 +21,8 @@ Ctrl-C and SIGTERM (when ``train()`` runs in the main thread) are turned into a 
 loop reads between env steps, as the parallel supervisor does: the run stops after the current step
 and its updates, writes a checkpoint, and raises ``KeyboardInterrupt`` (SIGTERM: ``SystemExit(143)``).
 A second signal raises at once, without a checkpoint (a second SIGTERM: ``SystemExit(143)``), and
-further signals are ignored while the roles close. Why not let ``KeyboardInterrupt`` land anywhere:
+further signals are ignored while the roles close; one arriving while a checkpoint or the replay
+(``--save-replay``) is being written takes effect when that write is whole. Why not let ``KeyboardInterrupt`` land anywhere:
 it can land inside ``torch.autocast.__enter__`` after the nesting count went up, which leaves the
 bf16 weight-cast cache of this thread on for good; a later ``train()`` in the same process then
 computes with its networks' first weights forever and learns nothing (seen in the benchmark, which
@@ -154,15 +155,21 @@ class SerialTrainer:
                         break
                 if steps >= next_ckpt:
                     next_ckpt = _next_multiple(steps, cfg.checkpoint_every)
-                    self.save_checkpoint()
+                    with signals.deferred():
+                        self.save_checkpoint()
                 self.monitor.poll()
                 self.context.check_folder()  # deleted or moved: stop here, before a write re-creates anything
             if signals.received is None:
                 history = self.evaluator.history
                 final = history[-1] if history and history[-1].env_step == steps else self._evaluate(steps)
-            last_checkpoint = self.save_checkpoint()
+            # A forcing signal lets the write in hand finish (as the supervisor's): one landing inside torch.save
+            # broke its zip writer, a traceback and no checkpoint at all (seen with a slowed write; the test)
+            with signals.deferred():
+                last_checkpoint = self.save_checkpoint()
             if cfg.save_replay:
-                keep_replay(self.storage, self.context.run_dir, self.env_steps(), cfg.env, self.tree, self.print_fn)
+                with signals.deferred():
+                    keep_replay(self.storage, self.context.run_dir, self.env_steps(), cfg.env, self.tree,
+                                self.print_fn)
         except KeyboardInterrupt:  # a second signal (or the caller's own, off the main thread): no checkpoint
             # the handler already ignores further signals (StopSignals.hold): this close is not cut short
             self.print_fn(f"[spreeze] forced stop at {self.env_steps():,} env steps; {self._resume_hint()}")

@@ -155,6 +155,8 @@ class Supervisor:
         except KeyboardInterrupt:  # a second Ctrl-C or SIGTERM forced the exit (or the orderly Ctrl-C's own)
             if self.state not in ("finished", "interrupted", "failed"):
                 self.state = "interrupted"
+            if self.signals.forced is not None:  # where to go on from, as the orderly stop and the serial trainer say
+                self.say(f"[spreeze] forced stop; {self._resume_hint()}")
             if self.signals.forced == signal.SIGTERM:  # SIGTERM's exit status, as for the orderly stop
                 raise SystemExit(128 + signal.SIGTERM) from None
             raise
