@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-import spreeze_like.replay.persist as persist
+from spreeze_like.replay import persist
 
 GATE = Path(sys.argv[1]) if __name__ == "__main__" else Path("/nonexistent")
 HOLD_S = 1.0
