@@ -166,6 +166,7 @@ class CheckpointCoordinator:
         self.run_dir, self.control, self.config = run_dir, control, config
         self.generation, self.restored, self.last = generation, restored, last
         self.request = 0
+        self.saved = 0  # checkpoints written this session: one may rewrite the path of the last (same env step)
         self.pending_since: float | None = None
 
     @property
@@ -201,6 +202,7 @@ class CheckpointCoordinator:
         payload = assemble_payload(cfg.to_dict(), parts[0], parts[1], samplers, env_step, self.generation, evals,
                                    cfg.seed)
         self.last = save_checkpoint(self.run_dir, payload, env_step, keep=cfg.keep_checkpoints)
+        self.saved += 1
         remove_parts(self.run_dir, up_to=k)
         self.pending_since = None
         return "saved"

@@ -94,14 +94,16 @@ def shutdown(sup: Supervisor, t0: float) -> TrainResult:
             sup.say("[spreeze] stopping: samplers stopped, learners finish their update, then a checkpoint "
                     "(press Ctrl-C again to force)")
         settled = wait_for(sup, lambda: learners_done(sup.block), HALT_WAIT_S, stop_on_signal=False)
-    before = sup.last_checkpoint()
+    # Counted, not compared by path: a stop at the env step of the last periodic checkpoint (the samplers paced,
+    # waiting for the learners) rewrites that same file, and its replay must still be saved
+    before = sup.ckpt.saved
     if settled and sup.failure is None:
         timeout = 60.0 if finished else HALT_WAIT_S
         sup.ckpt.ask()
         wait_for(sup, lambda: sup.finish_checkpoint(sup.block.snapshot(), timeout), timeout + 5.0,
                  stop_on_signal=False)
         sup.startup["t_checkpointed"] = time.monotonic()
-    checkpointed = sup.last_checkpoint() != before
+    checkpointed = sup.ckpt.saved != before
     final = final_evaluation(sup) if finished and sup.failure is None else None
     sup.startup["t_evaluated"] = time.monotonic()
     if finished:  # a short run on a loaded machine can end before the (deferred) monitor is up
