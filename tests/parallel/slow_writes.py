@@ -1,39 +1,39 @@
-"""Launcher for tests: ``python slow_writes.py GATE_DIR CLI_ARGS...`` runs ``spreeze_like.run`` with one of
-the stop's writes held open, so that a test's second signal lands inside it.
+"""Launcher for tests: ``SLOW_WRITES_GATE=DIR python slow_writes.py CLI_ARGS...`` runs ``spreeze_like.run``
+with one write of the run held open, so that a test's signal lands while it is in hand.
 
-Once the test writes ``ckpt`` or ``replay`` into ``GATE_DIR/armed``, the next such write (``torch.save`` of a
-checkpoint; a replay column's ``np.save``) first writes ``GATE_DIR/inside`` and then sleeps 1 s at the very
-start of its first write call, before any byte of it. Everything else is the real CLI; the patches apply in
-the process that writes both (the supervisor, or the serial trainer). The guard below keeps spawned children
-(which re-import this file as ``__mp_main__``) from running a second CLI.
+Once the test writes a name into ``DIR/armed``, the next write of that kind first writes ``DIR/inside`` and
+then sleeps ``HOLD_S`` before any byte of it:
+
+* ``ckpt``: ``torch.save`` of a checkpoint (the supervisor, or the serial trainer), held in its first write
+  call: torch's zip writer calls back into the file from C++;
+* ``replay``: a replay column's ``np.save`` (the same process, at the stop, with ``--save-replay``).
+
+Everything else is the real CLI. Spawned children re-import this file as ``__mp_main__``: the guard below
+keeps them from patching anything or running a second CLI.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 import time
 from pathlib import Path
 
-import torch
-
-from spreeze_like.replay import persist
-
-GATE = Path(sys.argv[1]) if __name__ == "__main__" else Path("/nonexistent")
+GATE = Path(os.environ.get("SLOW_WRITES_GATE", "/nonexistent"))
 HOLD_S = 1.0
 
 
-def _held(what: str) -> bool:
-    """True once for the write the test armed: it says so, then holds the write open for HOLD_S."""
+def _held(what: str) -> None:
+    """For the one write the test armed: say so, then hold it open for HOLD_S."""
     armed = GATE / "armed"
     if not armed.exists() or armed.read_text().strip() != what or (GATE / "inside").exists():
-        return False
+        return
     (GATE / "inside").write_text(what)
     time.sleep(HOLD_S)
-    return True
 
 
 class _HeldFile:
-    """A file whose first write is held open: torch.save's zip writer calls back into it from C++."""
+    """A file whose first write is held open."""
 
     def __init__(self, f) -> None:
         self.f = f
@@ -46,7 +46,11 @@ class _HeldFile:
         self.f.flush()
 
 
-def _install() -> None:
+def _install_in_the_writer() -> None:
+    import torch
+
+    from spreeze_like.replay import persist
+
     write_npy, torch_save = persist._write_npy, torch.save
 
     def held_npy(path, array) -> None:
@@ -61,7 +65,7 @@ def _install() -> None:
 
 
 if __name__ == "__main__":
-    _install()
+    _install_in_the_writer()
     from spreeze_like.run import main
 
-    sys.exit(main(sys.argv[2:]))
+    sys.exit(main(sys.argv[1:]))

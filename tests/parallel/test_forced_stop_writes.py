@@ -10,7 +10,9 @@ The write is held open by tests/parallel/slow_writes.py, so the real signal land
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -24,7 +26,7 @@ from spreeze_like.checkpoint import load_latest
 from spreeze_like.replay.persist import load_replay, replay_folders
 from spreeze_like.replay.storage import ReplayStorage
 
-from .helpers import TINY_ARGS, assert_nothing_left, cli_env, only_run_dir
+from .helpers import TINY_ARGS, assert_nothing_left, cli_env, only_run_dir, start_cli, wait_status
 
 LAUNCHER = Path(__file__).with_name("slow_writes.py")
 
@@ -38,6 +40,12 @@ def _wait_for(folder: Path, pattern: str, proc: subprocess.Popen, log: Path, tim
         time.sleep(0.01)
 
 
+def _launch(gate: Path, log: Path, args: list[str]) -> subprocess.Popen:
+    with open(log, "w") as out:
+        return subprocess.Popen([sys.executable, str(LAUNCHER), *args], stdout=out, stderr=subprocess.STDOUT,
+                                env={**cli_env(), "SLOW_WRITES_GATE": str(gate)})
+
+
 @pytest.mark.multiproc
 @pytest.mark.parametrize("what", ["ckpt", "replay"])
 @pytest.mark.parametrize(("mode", "sig"), [("--serial", signal.SIGINT), ("--no-serial", signal.SIGTERM)])
@@ -46,9 +54,7 @@ def test_a_second_signal_inside_the_stops_write_lets_it_finish(tmp_path, mode, s
     gate.mkdir()
     args = [*TINY_ARGS, mode, "--total-steps", "100000", "--checkpoint-every", "300", "--save-replay",
             "--logdir", str(tmp_path / "runs")]
-    with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, str(LAUNCHER), str(gate), *args], stdout=out,
-                                stderr=subprocess.STDOUT, env=cli_env())
+    proc = _launch(gate, log, args)
     try:
         run_dir = only_run_dir(tmp_path / "runs")
         _wait_for(run_dir / "checkpoints", "ckpt_*.pt", proc, log, 180)  # training, its signal handlers installed
@@ -85,41 +91,62 @@ def test_a_second_signal_inside_the_stops_write_lets_it_finish(tmp_path, mode, s
         assert_nothing_left(run_dir)
 
 
-@pytest.mark.multiproc
-def test_a_stop_at_the_last_periodic_checkpoints_env_step_still_saves_the_replay(tmp_path):
-    """An orderly stop whose final checkpoint falls at the env step of the checkpoint before it (a periodic one
-    taken right before the signal, or one finished while the learners halted) rewrites that same file
-    (``ckpt_<step>.pt``). The supervisor took "a checkpoint was written" from a changed path, so it saved no
-    replay then (seen on 2026-11-28: 2 of 6 stops right after the first periodic checkpoint). It counts the
-    writes now.
+def _newest_checkpoint(run_dir: Path) -> tuple[str, int] | None:
+    found = sorted((run_dir / "checkpoints").glob("ckpt_*.pt"))
+    try:
+        return (found[-1].name, found[-1].stat().st_ino) if found else None
+    except FileNotFoundError:  # rotated away between the listing and the stat
+        return None
 
-    The stop lands there about one time in three with the launcher (its supervisor has torch imported before
-    the first checkpoint, which makes the first checkpoint quick; nothing is held: no gate is armed), so this
-    tries up to 16 runs until one lands there (all 16 missing it: (2/3)**16, 0.2%), and every run must have its
-    replay."""
-    landed = 0
-    for attempt in range(16):
-        gate, log, logdir = tmp_path / f"gate{attempt}", tmp_path / f"run{attempt}.log", tmp_path / f"runs{attempt}"
-        gate.mkdir()
-        with open(log, "w") as out:
-            proc = subprocess.Popen([sys.executable, str(LAUNCHER), str(gate), *TINY_ARGS, "--no-serial",
-                                     "--total-steps", "100000", "--checkpoint-every", "300", "--save-replay",
-                                     "--logdir", str(logdir)], stdout=out, stderr=subprocess.STDOUT, env=cli_env())
-        try:
-            run_dir = only_run_dir(logdir)
-            _wait_for(run_dir / "checkpoints", "ckpt_*.pt", proc, log, 180)
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait()
-        assert proc.returncode == 143, log.read_text()[-3000:]
-        payload, newest = load_latest(run_dir)
-        checkpoints = sorted(p.name for p in (run_dir / "checkpoints").glob("ckpt_*.pt"))
-        assert [f.name for f in replay_folders(run_dir / "checkpoints")] == [f"replay_{payload['env_steps']:010d}"]
-        assert_nothing_left(run_dir)
-        landed += checkpoints == [newest.name]  # the stop's checkpoint rewrote the periodic one
-        if landed:
-            return
-    pytest.fail("none of 16 stops landed at the periodic checkpoint's env step: the case is not tested")
+
+@pytest.mark.multiproc
+def test_a_stop_at_the_env_step_of_the_checkpoint_before_it_still_saves_the_replay(tmp_path):
+    """A stop before any sampler's next step after a periodic checkpoint writes its own checkpoint at that
+    same env step: the same file, ``ckpt_<step>.pt``, rewritten. The supervisor took "a checkpoint was
+    written" from the newest checkpoint's path changing, so with ``--save-replay`` it saved no replay then
+    (seen on 2026-11-28 in the tests above, when a SIGTERM came right after a checkpoint while the samplers
+    waited for the learners). It counts the writes now.
+
+    The samplers are frozen with SIGSTOP (real processes, real signals): the checkpoint in flight finishes at
+    the frozen step and none is asked after it (``--checkpoint-every 1``: the next is due at the next step);
+    then SIGTERM; once the stop's checkpoint has replaced that file, SIGCONT lets the samplers exit."""
+    log = tmp_path / "run.log"
+    proc = start_cli(*TINY_ARGS, "--no-serial", "--total-steps", "100000", "--checkpoint-every", "1",
+                     "--save-replay", "--logdir", str(tmp_path / "runs"), log=log)
+    frozen: list[int] = []
+    try:
+        run_dir = only_run_dir(tmp_path / "runs")
+        status = wait_status(run_dir, lambda s: s["env_steps"] > 350, timeout=180, proc=proc, log=log)
+        frozen = [r["pid"] for name, r in status["roles"].items() if name.startswith("sampler-")]
+        assert frozen
+        for pid in frozen:
+            os.kill(pid, signal.SIGSTOP)
+        seen, since = _newest_checkpoint(run_dir), time.monotonic()
+        while time.monotonic() - since < 1.5:  # no new checkpoint for 1.5 s: the one in flight is written
+            time.sleep(0.05)
+            now = _newest_checkpoint(run_dir)
+            if now != seen:
+                seen, since = now, time.monotonic()
+        assert seen is not None
+        proc.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 60
+        while _newest_checkpoint(run_dir) == seen:  # until the stop's own checkpoint replaced it
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.02)
+        for pid in frozen:
+            os.kill(pid, signal.SIGCONT)
+        proc.wait(timeout=60)
+    finally:
+        for pid in frozen:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert proc.returncode == 143, text[-3000:]
+    payload, newest = load_latest(run_dir)
+    assert newest.name == seen[0]  # the case: the stop's checkpoint rewrote the one before it
+    assert [f.name for f in replay_folders(run_dir / "checkpoints")] == [f"replay_{payload['env_steps']:010d}"], \
+        text[-2000:]
+    assert_nothing_left(run_dir)
