@@ -12,7 +12,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def help_text(script: str) -> str:
     """``python <script> --help``'s output (``script`` relative to the repository); asserts it ran."""
     done = subprocess.run([sys.executable, script, "--help"], cwd=REPO, capture_output=True, text=True,

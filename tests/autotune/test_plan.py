@@ -13,7 +13,6 @@ from spreeze_like.autotune.layout import SUPPLY_HEADROOM, max_samplers
 from spreeze_like.autotune.plan import BATCH_CAP, GPU_MEMORY_FRACTION, PROCESS_BYTES, make_plan, replay_row_bytes
 from spreeze_like.autotune.replay_ratio import (
     MIN_RUN_UPDATES,
-    REPLAY_RATIO_MAX,
     REPLAY_RATIO_TARGET,
     in_band,
 )

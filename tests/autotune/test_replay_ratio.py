@@ -163,7 +163,7 @@ def test_a_run_too_short_for_a_batch_skips_it():
 
 # --- what samplers make ------------------------------------------------------------------------------------
 def _env(parallel: dict[int, dict[int, float]], one: dict[int, float]) -> EnvRates:
-    rate = lambda v: Rate(v, "steps/s", 100, 1.0)  # noqa: E731
+    rate = lambda v: Rate(v, "steps/s", 100, 1.0)
     return EnvRates("X-v0", 3, 1, rate(1e5), rate(one[1]), {k: rate(v) for k, v in one.items()},
                     {n: {k: rate(v) for k, v in by_k.items()} for n, by_k in parallel.items()})
 
@@ -186,7 +186,8 @@ def test_supply_without_a_multi_process_curve_is_assumed_linear_and_noted():
 
 def test_setup_for_takes_the_fewest_processes_then_the_fewest_envs():
     env = _env({1: {1: 1000, 4: 3000}, 2: {1: 2000, 4: 6000}, 4: {1: 4000, 4: 12_000}}, {1: 1000, 4: 3000})
-    assert (lambda s: (s.samplers, s.envs_per_sampler))(sampler_supply.setup_for(env, 2500, 4)) == (1, 4)
-    assert (lambda s: (s.samplers, s.envs_per_sampler))(sampler_supply.setup_for(env, 5000, 4)) == (2, 4)
+    for rate, setup in ((2500, (1, 4)), (5000, (2, 4))):
+        made = sampler_supply.setup_for(env, rate, 4)
+        assert (made.samplers, made.envs_per_sampler) == setup
     best = sampler_supply.setup_for(env, 1e9, 4)  # more than any setup makes: the fastest
     assert (best.samplers, best.envs_per_sampler) == (4, 4)

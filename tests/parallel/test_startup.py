@@ -30,8 +30,8 @@ def meta_vector_sizes(spec: AlgoSpec) -> tuple[int, int]:
     import torch
 
     from spreeze_like.algos import _classes, actor_class
-    from spreeze_like.algos.crossq_critic import running_statistics
     from spreeze_like.algos.base import critic_class
+    from spreeze_like.algos.crossq_critic import running_statistics
 
     with torch.device("meta"):
         actor = actor_class(spec.algo)(spec.obs_dim, spec.act_dim, spec.hidden_sizes)

@@ -21,7 +21,6 @@ import sys
 import time
 
 import pytest
-from parallel.helpers import alive, assert_nothing_left, only_run_dir, read_status, run_pids, survivors
 from remote_harness import (
     ACTOR_CLASS,
     TINY,
@@ -37,6 +36,8 @@ from remote_harness import (
 )
 
 from spreeze_like.checkpoint import load_latest
+
+from parallel.helpers import alive, assert_nothing_left, only_run_dir, read_status, run_pids, survivors
 
 pytestmark = [pytest.mark.ray, pytest.mark.multiproc]
 

@@ -40,8 +40,8 @@ def test_an_unknown_phase_is_one_line_and_exit_2(tmp_path):
     done = subprocess.run(["bash", str(SCRIPT), str(tmp_path / "out")], capture_output=True, text=True,
                           env={"PATH": "/usr/bin:/bin", "PHASE": "learn3"}, cwd=REPO, timeout=30, check=False)
     assert done.returncode == 2
-    assert done.stderr.splitlines() == ["error: PHASE=learn3: use core, learn, learn1, learn2, grid1, grid2 or "
-                                        "autotuned"]
+    assert done.stderr.splitlines() == [("error: PHASE=learn3: use core, learn, learn1, learn2, grid1, grid2 or "
+                                        "autotuned")]
     assert not (tmp_path / "out").exists()  # refused before anything is made or installed
 
 
