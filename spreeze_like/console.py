@@ -40,14 +40,15 @@ def say(line: str, file: TextIO | None = None) -> None:
 
 
 def exit_status(body: Callable[[], int], interrupted: str = "interrupted") -> int:
-    """``body()``'s exit status; a :class:`SpreezeError` is its one line and status, Ctrl-C ``interrupted`` and 130."""
+    """``body()``'s exit status; a :class:`SpreezeError` is its one line and status, Ctrl-C ``interrupted`` and 130
+    (or the line the ``KeyboardInterrupt`` carries, where the body knows better what there is to resume)."""
     try:
         return body()
     except SpreezeError as exc:
         say(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
-    except KeyboardInterrupt:
-        say(interrupted, file=sys.stderr)
+    except KeyboardInterrupt as exc:
+        say(str(exc) or interrupted, file=sys.stderr)
         return 130
 
 

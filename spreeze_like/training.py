@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Collection, Mapping
+from typing import TYPE_CHECKING
 
 from spreeze_like.config import TrainConfig
 from spreeze_like.console import say
@@ -28,6 +29,10 @@ from spreeze_like.layering import complete_sources, lay_presets, mark_planned, p
 from spreeze_like.modes import parallel_entry, serial_entry
 from spreeze_like.results import TrainResult
 from spreeze_like.rundir import prepare_run
+
+if TYPE_CHECKING:  # the autotuner is imported only when a run asks for it
+    from spreeze_like.autotune.plan import Plan
+    from spreeze_like.modes import ModeEntry
 
 __all__ = ["TrainResult", "train"]
 
@@ -55,26 +60,14 @@ def train(
         spreeze_like.errors.SpreezeError: any bad input (config, preset file, env, logdir, checkpoint), one line.
     """
     config = dataclasses.replace(config or TrainConfig(), **overrides)  # type: ignore[arg-type]
-    if config.plan_only:
-        raise ConfigError("plan_only trains nothing: run python -m spreeze_like.run --plan-only, or call "
-                          "spreeze_like.autotune.apply.autotune(config) for the plan")
-    given = dict(sources) if sources is not None else python_sources(config, explicit or ())
-    given.update(dict.fromkeys(overrides, "python"))
-    config, given = lay_presets(config, given)
-    plan = None
-    if config.autotune and config.resume:
-        print_fn("[spreeze] --resume keeps the run's saved settings; the autotune plan is not applied again")
-    elif config.autotune:
-        from spreeze_like.autotune.apply import autotune
-
-        config, plan = autotune(config, set(given), print_fn)
-        given = mark_planned(given, plan)
-    resolved = config.resolve()
-    env_info(resolved.env)  # a bad env fails here, before a run folder is created for it
-    run = None if resolved.serial else parallel_entry()
-    if run is None and not resolved.serial:
-        print_fn("[spreeze] the parallel mode is not built yet; running every role in this process (--serial)")
-        resolved = dataclasses.replace(resolved, serial=True)
+    try:
+        config, resolved, given, plan, run = _plan(config, print_fn, explicit, sources, overrides)
+    except KeyboardInterrupt:  # Ctrl-C in the autotune probe (60 s) or an env's import: say what there is to resume
+        if config.resume:
+            raise KeyboardInterrupt(f"interrupted before the run went on; its folder is as it was: resume with "
+                                    f"--resume {config.resume}") from None
+        raise KeyboardInterrupt("interrupted before a run folder was made: nothing was written; start the run "
+                                "again") from None
     all_sources = complete_sources(given, config)
     context = prepare_run(resolved, all_sources)
     try:
@@ -95,3 +88,31 @@ def train(
     if run is None:
         return serial_entry()(resolved, context, print_fn)
     return run(resolved, context)
+
+
+def _plan(config: TrainConfig, print_fn: Callable[[str], None], explicit: Collection[str] | None,
+          sources: Mapping[str, str] | None, overrides: Mapping[str, object]
+          ) -> tuple[TrainConfig, TrainConfig, dict[str, str], Plan | None, ModeEntry | None]:
+    """Everything before the run folder: presets, the autotune plan, the env's check and the mode's entry.
+    Returns (the laid config, the resolved one, each field's source, the plan or None, the parallel entry)."""
+    if config.plan_only:
+        raise ConfigError("plan_only trains nothing: run python -m spreeze_like.run --plan-only, or call "
+                          "spreeze_like.autotune.apply.autotune(config) for the plan")
+    given = dict(sources) if sources is not None else python_sources(config, explicit or ())
+    given.update(dict.fromkeys(overrides, "python"))
+    config, given = lay_presets(config, given)
+    plan = None
+    if config.autotune and config.resume:
+        print_fn("[spreeze] --resume keeps the run's saved settings; the autotune plan is not applied again")
+    elif config.autotune:
+        from spreeze_like.autotune.apply import autotune
+
+        config, plan = autotune(config, set(given), print_fn)
+        given = mark_planned(given, plan)
+    resolved = config.resolve()
+    env_info(resolved.env)  # a bad env fails here, before a run folder is created for it
+    run = None if resolved.serial else parallel_entry()
+    if run is None and not resolved.serial:
+        print_fn("[spreeze] the parallel mode is not built yet; running every role in this process (--serial)")
+        resolved = dataclasses.replace(resolved, serial=True)
+    return config, resolved, given, plan, run

@@ -95,5 +95,11 @@ def test_exit_status_turns_errors_and_ctrl_c_into_one_line_each(capsys):
     assert capsys.readouterr().err == "error: no checkpoint in x; give another run folder\n"
     assert exit_status(interrupted, interrupted="interrupted; resume with --resume <run folder>") == 130
     assert capsys.readouterr().err == "interrupted; resume with --resume <run folder>\n"
+
+    def interrupted_early() -> int:  # the body knows there is nothing to resume: its line replaces the default
+        raise KeyboardInterrupt("interrupted before a run folder was made")
+
+    assert exit_status(interrupted_early, interrupted="interrupted; resume with --resume <run folder>") == 130
+    assert capsys.readouterr().err == "interrupted before a run folder was made\n"
     with pytest.raises(RuntimeError):
         exit_status(broken)

@@ -131,3 +131,40 @@ def test_profile_bad_input_is_one_line_and_exit_2(tmp_path, args, fragments):
     proc = run_module("spreeze_like.profile", *args, "--logdir", str(tmp_path), xdg=tmp_path / "xdg")
     assert_one_line_error(proc, *fragments)
     assert not list(tmp_path.glob("profile__*"))  # nothing written for a failed profile
+
+
+@pytest.mark.multiproc
+def test_ctrl_c_in_the_autotune_probe_says_there_is_nothing_to_resume(tmp_path):
+    """Ctrl-C while a new run's 60 s probe measures: no run folder exists yet, so the line must not say
+    "resume with --resume <run folder>" (it did, 2026-11-28); the probe's processes end with it."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    log, logdir = tmp_path / "run.log", tmp_path / "runs"
+    with open(log, "w") as out:
+        proc = subprocess.Popen([sys.executable, "-m", "spreeze_like.run", "--autotune", "--logdir", str(logdir)],
+                                stdout=out, stderr=subprocess.PIPE, text=True,
+                                env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg"), "PYTHONUNBUFFERED": "1"})
+    children: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 120
+        while "sampler with 1 env(s)" not in log.read_text():  # the probe's own processes are up
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-2000:]
+            time.sleep(0.05)
+        children = psutil.Process(proc.pid).children(recursive=True)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == 130, err
+    assert err.splitlines() == ["interrupted before a run folder was made: nothing was written; start the run again"]
+    assert not logdir.exists() or not any(logdir.iterdir())
+    _, alive = psutil.wait_procs(children, timeout=5)
+    assert not alive, alive
