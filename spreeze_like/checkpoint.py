@@ -145,8 +145,11 @@ def mismatch_error(path: str | Path, exc: Exception) -> CheckpointError:
 
 
 def resume_hint(checkpoint: str | Path | None, run_dir: str | Path) -> str:
-    """The end of every "the run stopped" message: where to continue from."""
-    return f"the last good checkpoint is {checkpoint or 'none'}; resume with --resume {run_dir}"
+    """The end of every "the run stopped" message: where to continue from (a run stopped before its first
+    checkpoint has nothing to resume: ``--resume`` would refuse its folder)."""
+    if checkpoint is None:
+        return f"no checkpoint was written, so {run_dir} holds nothing to resume: start the run again"
+    return f"the last good checkpoint is {checkpoint}; resume with --resume {run_dir}"
 
 
 def interrupted_line(env_steps: int, checkpoint: str | Path | None, run_dir: str | Path) -> str:

@@ -150,3 +150,41 @@ def test_a_stop_at_the_env_step_of_the_checkpoint_before_it_still_saves_the_repl
     assert [f.name for f in replay_folders(run_dir / "checkpoints")] == [f"replay_{payload['env_steps']:010d}"], \
         text[-2000:]
     assert_nothing_left(run_dir)
+
+
+@pytest.mark.multiproc
+def test_a_forced_stop_before_the_first_checkpoint_says_there_is_nothing_to_resume(tmp_path):
+    """The critic learner frozen (SIGSTOP) so the orderly stop waits for it; the second Ctrl-C then forces the
+    stop before any checkpoint exists (``--checkpoint-every 0``). The lines must not offer ``--resume``, which
+    refuses a folder without a checkpoint (before 2026-11-28: "the last good checkpoint is none; resume with
+    --resume ...", then "interrupted; resume with --resume <run folder>")."""
+    log = tmp_path / "run.log"
+    proc = start_cli(*TINY_ARGS, "--no-serial", "--total-steps", "100000", "--checkpoint-every", "0",
+                     "--logdir", str(tmp_path / "runs"), log=log)
+    critic = None
+    try:
+        run_dir = only_run_dir(tmp_path / "runs")
+        status = wait_status(run_dir, lambda s: s["env_steps"] > 350, timeout=180, proc=proc, log=log)
+        critic = status["roles"]["critic-learner"]["pid"]
+        os.kill(critic, signal.SIGSTOP)
+        proc.send_signal(signal.SIGINT)
+        deadline = time.monotonic() + 60
+        while "[spreeze] stopping:" not in log.read_text():
+            assert proc.poll() is None and time.monotonic() < deadline, log.read_text()[-3000:]
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if critic is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(critic, signal.SIGCONT)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    text = log.read_text()
+    assert proc.returncode == 130, text[-3000:]
+    assert f"[spreeze] forced stop; no checkpoint was written, so {run_dir} holds nothing to resume: start the run " \
+           "again" in text, text[-3000:]
+    assert "--resume" not in text and "Traceback" not in text, text[-3000:]
+    assert not list((run_dir / "checkpoints").glob("ckpt_*.pt"))
+    assert_nothing_left(run_dir)

@@ -14,6 +14,7 @@ from spreeze_like.checkpoint import (
     list_checkpoints,
     load_latest,
     restore_process_rng,
+    resume_hint,
     save_checkpoint,
 )
 from spreeze_like.errors import CheckpointError
@@ -52,6 +53,14 @@ def test_corrupt_checkpoint_is_one_line_error(tmp_path):
 def test_missing_checkpoint(tmp_path):
     with pytest.raises(CheckpointError, match="no checkpoint"):
         load_latest(tmp_path)
+
+
+def test_the_resume_hint_names_the_checkpoint_or_says_there_is_none(tmp_path):
+    path = tmp_path / "checkpoints" / "ckpt_0000000600.pt"
+    assert resume_hint(path, tmp_path) == f"the last good checkpoint is {path}; resume with --resume {tmp_path}"
+    # before the first checkpoint, --resume refuses the folder (test_missing_checkpoint): the hint must not offer it
+    assert resume_hint(None, tmp_path) == (f"no checkpoint was written, so {tmp_path} holds nothing to resume: start "
+                                           "the run again")
 
 
 def test_foreign_checkpoint_refused(tmp_path):
