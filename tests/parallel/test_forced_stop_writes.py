@@ -40,6 +40,16 @@ def _wait_for(folder: Path, pattern: str, proc: subprocess.Popen, log: Path, tim
         time.sleep(0.01)
 
 
+def _clean_up(proc: subprocess.Popen, frozen: list[int] | tuple[int, ...] = ()) -> None:
+    """After a test, pass or fail: the processes it froze thawed (a forced stop may have killed them), the CLI gone."""
+    for pid in frozen:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait()
+
+
 def _launch(gate: Path, log: Path, args: list[str]) -> subprocess.Popen:
     with open(log, "w") as out:
         return subprocess.Popen([sys.executable, str(LAUNCHER), *args], stdout=out, stderr=subprocess.STDOUT,
@@ -64,9 +74,7 @@ def test_a_second_signal_inside_the_stops_write_lets_it_finish(tmp_path, mode, s
         proc.send_signal(sig)  # forcing, inside the held write
         proc.wait(timeout=60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _clean_up(proc)
     text = log.read_text()
     assert proc.returncode == 128 + sig, text[-3000:]
     assert "Traceback" not in text, text[-3000:]
@@ -137,12 +145,7 @@ def test_a_stop_at_the_env_step_of_the_checkpoint_before_it_still_saves_the_repl
             os.kill(pid, signal.SIGCONT)
         proc.wait(timeout=60)
     finally:
-        for pid in frozen:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGCONT)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _clean_up(proc, frozen)
     text = log.read_text()
     assert proc.returncode == 143, text[-3000:]
     payload, newest = load_latest(run_dir)
@@ -175,12 +178,7 @@ def test_a_forced_stop_before_the_first_checkpoint_says_there_is_nothing_to_resu
         proc.send_signal(signal.SIGINT)
         proc.wait(timeout=60)
     finally:
-        if critic is not None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(critic, signal.SIGCONT)
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        _clean_up(proc, [critic] if critic is not None else [])
     text = log.read_text()
     assert proc.returncode == 130, text[-3000:]
     assert f"[spreeze] forced stop; no checkpoint was written, so {run_dir} holds nothing to resume: start the run " \
