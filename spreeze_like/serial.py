@@ -23,10 +23,10 @@ and its updates, writes a checkpoint, and raises ``KeyboardInterrupt`` (SIGTERM:
 A second signal raises at once, without a checkpoint (a second SIGTERM: ``SystemExit(143)``), and
 further signals are ignored while the roles close; one arriving while a checkpoint or the replay
 (``--save-replay``) is being written takes effect when that write is whole. Why not let
-``KeyboardInterrupt`` land anywhere: it can land inside ``torch.autocast.__enter__`` after the nesting count went up, which leaves the
-bf16 weight-cast cache of this thread on for good; a later ``train()`` in the same process then
-computes with its networks' first weights forever and learns nothing (seen in the benchmark, which
-runs and interrupts several runs in one process).
+``KeyboardInterrupt`` land anywhere: it can land inside ``torch.autocast.__enter__`` after the
+nesting count went up, which leaves the bf16 weight-cast cache of this thread on for good; a later
+``train()`` in the same process then computes with its networks' first weights forever and learns
+nothing (seen in the benchmark, which runs and interrupts several runs in one process).
 """
 
 from __future__ import annotations
