@@ -10,14 +10,17 @@ while the run trains on. Every process of a run that prints (supervisor, monitor
 serial mode, ``--list-presets``, the profiler) prints through here. Owns no files or threads.
 
 :func:`exit_status` is the commands' shared ending: a user-facing error is one ``error: ...`` line on
-stderr and its exit status (2), Ctrl-C one line and 130, never a traceback.
+stderr and its exit status (2), Ctrl-C one line and 130, SIGTERM one line and 143, never a traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
-from collections.abc import Callable
+import threading
+from collections.abc import Callable, Iterator
 from typing import TextIO
 
 from spreeze_like.errors import SpreezeError
@@ -41,15 +44,40 @@ def say(line: str, file: TextIO | None = None) -> None:
 
 def exit_status(body: Callable[[], int], interrupted: str = "interrupted") -> int:
     """``body()``'s exit status; a :class:`SpreezeError` is its one line and status, Ctrl-C ``interrupted`` and 130
-    (or the line the ``KeyboardInterrupt`` carries, where the body knows better what there is to resume)."""
+    (or the line the ``KeyboardInterrupt`` carries, where the body knows better what there is to resume), SIGTERM
+    the same line and 143 (where the body installs no handler of its own: a run's roles do)."""
+    with _sigterm_interrupts() as terminated:
+        try:
+            return body()
+        except SpreezeError as exc:
+            say(f"error: {exc}", file=sys.stderr)
+            return exc.exit_code
+        except KeyboardInterrupt as exc:
+            say(str(exc) or interrupted, file=sys.stderr)
+            return 128 + signal.SIGTERM if terminated else 130
+
+
+@contextlib.contextmanager
+def _sigterm_interrupts() -> Iterator[list[int]]:
+    """SIGTERM raises ``KeyboardInterrupt`` in the block (and is listed in what it yields), so that ``finally``
+    clauses run: the autotune probe's worker killed, its ring unlinked, its queue closed. By default SIGTERM
+    ends the process on the spot (a batch system's stop during the probe: no line, and multiprocessing's
+    warning about leaked semaphores). A run's supervisor or serial trainer installs its own handlers inside it
+    and puts this one back when it ends."""
+    received: list[int] = []
+    if threading.current_thread() is not threading.main_thread():  # signals are the caller's there
+        yield received
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
     try:
-        return body()
-    except SpreezeError as exc:
-        say(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
-    except KeyboardInterrupt as exc:
-        say(str(exc) or interrupted, file=sys.stderr)
-        return 130
+        yield received
+    finally:
+        signal.signal(signal.SIGTERM, previous)
 
 
 def flush_stdout() -> None:

@@ -17,12 +17,8 @@ With ``autotune`` the settings the user did not choose come from the autotuner's
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-import signal
-import sys
-import threading
-from collections.abc import Callable, Collection, Iterator, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING
 
 from spreeze_like.config import TrainConfig
@@ -64,19 +60,14 @@ def train(
         spreeze_like.errors.SpreezeError: any bad input (config, preset file, env, logdir, checkpoint), one line.
     """
     config = dataclasses.replace(config or TrainConfig(), **overrides)  # type: ignore[arg-type]
-    with _sigterm_interrupts() as terminated:
-        try:
-            config, resolved, given, plan, run = _plan(config, print_fn, explicit, sources, overrides)
-        except KeyboardInterrupt:  # in the autotune probe (60 s) or an env's import: say what there is to resume
-            if config.resume:
-                line = (f"interrupted before the run went on; its folder is as it was: resume with --resume "
-                        f"{config.resume}")
-            else:
-                line = "interrupted before a run folder was made: nothing was written; start the run again"
-            if terminated:  # SIGTERM: its exit status, as a run's stop gives (the line first: nothing else says it)
-                say(line, file=sys.stderr)
-                raise SystemExit(128 + signal.SIGTERM) from None
-            raise KeyboardInterrupt(line) from None
+    try:
+        config, resolved, given, plan, run = _plan(config, print_fn, explicit, sources, overrides)
+    except KeyboardInterrupt:  # in the autotune probe (60 s) or an env's import: say what there is to resume
+        if config.resume:
+            raise KeyboardInterrupt(f"interrupted before the run went on; its folder is as it was: resume with "
+                                    f"--resume {config.resume}") from None
+        raise KeyboardInterrupt("interrupted before a run folder was made: nothing was written; start the run "
+                                "again") from None
     all_sources = complete_sources(given, config)
     context = prepare_run(resolved, all_sources)
     try:
@@ -126,24 +117,3 @@ def _plan(config: TrainConfig, print_fn: Callable[[str], None], explicit: Collec
         resolved = dataclasses.replace(resolved, serial=True)
     return config, resolved, given, plan, run
 
-
-@contextlib.contextmanager
-def _sigterm_interrupts() -> Iterator[list[int]]:
-    """SIGTERM raises ``KeyboardInterrupt`` in the block (and is listed in what it yields), so that the probe's
-    ``finally`` clauses run: its worker killed, its ring unlinked, its queue closed. By default SIGTERM ends the
-    process on the spot (a batch system's stop during the probe: no line, and multiprocessing's warning about
-    leaked semaphores). The supervisor and the serial trainer install their own handlers after it."""
-    received: list[int] = []
-    if threading.current_thread() is not threading.main_thread():  # signals are the caller's there
-        yield received
-        return
-
-    def handler(signum: int, frame: object) -> None:
-        received.append(signum)
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield received
-    finally:
-        signal.signal(signal.SIGTERM, previous)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -101,5 +102,17 @@ def test_exit_status_turns_errors_and_ctrl_c_into_one_line_each(capsys):
 
     assert exit_status(interrupted_early, interrupted="interrupted; resume with --resume <run folder>") == 130
     assert capsys.readouterr().err == "interrupted before a run folder was made\n"
+
+    def terminated() -> int:  # a batch system's SIGTERM, where the body installs no handler of its own
+        import time
+
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(5)  # the handler raises before this ends
+        return 0
+
+    before = signal.getsignal(signal.SIGTERM)
+    assert exit_status(terminated) == 143
+    assert capsys.readouterr().err == "interrupted\n"
+    assert signal.getsignal(signal.SIGTERM) is before  # put back
     with pytest.raises(RuntimeError):
         exit_status(broken)
