@@ -3,7 +3,13 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import sys
+import time
 
+import psutil
 import pytest
 
 from spreeze_like.autotune.results import ProbeResults
@@ -140,13 +146,6 @@ def test_a_stop_signal_in_the_autotune_probe_says_there_is_nothing_to_resume(tmp
     the line must not say "resume with --resume <run folder>" (it did, 2026-11-28), and SIGTERM, which ended
     the process on the spot (no line; multiprocessing warned of leaked semaphores), now ends it the same way
     with exit status 143; the probe's processes end with it."""
-    import os
-    import signal
-    import subprocess
-    import sys
-    import time
-
-    import psutil
 
     def default_sigint() -> None:  # as in a terminal: a background pytest (`pytest &`) would pass SIGINT ignored
         signal.signal(signal.SIGINT, signal.SIG_DFL)

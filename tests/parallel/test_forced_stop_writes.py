@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spreeze_like.checkpoint import load_latest
+from spreeze_like.checkpoint import list_checkpoints, load_latest
 from spreeze_like.replay.persist import load_replay, replay_folders
 from spreeze_like.replay.storage import ReplayStorage
 
@@ -100,7 +100,7 @@ def test_a_second_signal_inside_the_stops_write_lets_it_finish(tmp_path, mode, s
 
 
 def _newest_checkpoint(run_dir: Path) -> tuple[str, int] | None:
-    found = sorted((run_dir / "checkpoints").glob("ckpt_*.pt"))
+    found = list_checkpoints(run_dir)
     try:
         return (found[-1].name, found[-1].stat().st_ino) if found else None
     except FileNotFoundError:  # rotated away between the listing and the stat
