@@ -19,7 +19,11 @@ dims, rows, the env step of the checkpoint written with it) and one ``.npy`` per
 first (so loading is a plain FIFO append). The folder is written under a temporary name, each file
 fsynced, then renamed into place and the parent fsynced: a crash leaves the previous replay folder or
 the new one, never a torn one under a final name; a killed writer's temporary folder is removed by
-the next save. Only the newest replay folder is kept.
+the next save. Only the newest replay folder is kept. Saving again at the env step of an existing
+folder (a resume stopped before its first new step) cannot rename over it (a folder is not replaced
+while it holds files), so that folder is first renamed aside to ``.replay_retired.<name>`` and
+removed only once the new one is in place; a crash between the two renames leaves the old folder
+there, and the next save or load renames it back (:func:`_finish_interrupted_swap`).
 
 Loading trusts nothing: ``.npy`` files are read without pickle, every column's dtype and shape is
 checked against ``meta.json`` and against the env's dimensions, and a folder that fails any check is
@@ -58,6 +62,7 @@ FORMAT = 1
 COLUMNS = ("obs", "action", "reward", "next_obs", "terminated", "truncated")
 _NAME = re.compile(r"^replay_(\d{10,})$")
 _TMP_PREFIX = ".replay_tmp."
+_RETIRED_PREFIX = ".replay_retired."  # + a final name: a same-step save's previous folder, until the new one is in
 PRIORITY_FILE = "priority.npy"  # prioritized replay's sum-tree leaves of the saved rows, float64
 LOAD_CHUNK = 65_536  # rows appended per storage.add while loading (bounds the copy's extra memory)
 
@@ -90,6 +95,23 @@ def _fifo_slots(storage: ReplayStorage) -> np.ndarray:
     return slots[storage.generations[slots] % 2 == 0]
 
 
+def _finish_interrupted_swap(checkpoints: Path) -> None:
+    """Put right what a save killed during a same-step swap left: a retired folder whose final name is empty
+    goes back under it (it is whole: removing it starts only after the new folder is in place); one whose
+    final name is filled again is removed (the swap had finished; its removal may have been cut short)."""
+    if not checkpoints.is_dir():
+        return
+    for retired in checkpoints.glob(f"{_RETIRED_PREFIX}replay_*"):
+        final = checkpoints / retired.name[len(_RETIRED_PREFIX):]
+        if not _NAME.match(final.name):
+            continue
+        if final.exists():
+            shutil.rmtree(retired, ignore_errors=True)
+        else:
+            os.replace(retired, final)
+            fsync_dir(checkpoints)
+
+
 def _write_npy(path: Path, array: np.ndarray) -> None:
     with open(path, "wb") as f:
         np.save(f, array, allow_pickle=False)
@@ -105,10 +127,12 @@ def save_replay(storage: ReplayStorage, checkpoints: Path, env_step: int, env_id
     The caller guarantees that nothing adds to the storage or the tree meanwhile. Raises OSError on a failed
     write (a full disk): nothing partial is left and the previous replay folder stays.
     """
+    _finish_interrupted_swap(checkpoints)
     for stale in checkpoints.glob(f"{_TMP_PREFIX}*"):  # a killed writer's leftovers
         shutil.rmtree(stale, ignore_errors=True)
     final = checkpoints / f"replay_{env_step:010d}"
     tmp = checkpoints / f"{_TMP_PREFIX}{os.getpid()}"
+    retired = checkpoints / f"{_RETIRED_PREFIX}{final.name}"
     slots = _fifo_slots(storage)
     meta = {"format": FORMAT, "env": env_id, "obs_dim": storage.obs_dim, "act_dim": storage.act_dim,
             "rows": int(slots.size), "env_step": int(env_step), "priorities": tree is not None}
@@ -125,13 +149,15 @@ def save_replay(storage: ReplayStorage, checkpoints: Path, env_step: int, env_id
             f.flush()
             os.fsync(f.fileno())
         fsync_dir(tmp)
-        if final.exists():  # the same step saved again (a resume stopped before its first new step)
-            shutil.rmtree(final)
-        os.replace(tmp, final)
+        if final.exists():  # the same step saved again: keep the old folder, aside, until the new one is in
+            os.replace(final, retired)
+            fsync_dir(checkpoints)
+        os.replace(tmp, final)  # a failure here leaves the retired folder: the next save or load restores it
         fsync_dir(checkpoints)
     finally:
         if tmp.exists():
             shutil.rmtree(tmp, ignore_errors=True)
+    shutil.rmtree(retired, ignore_errors=True)
     for old in replay_folders(checkpoints):
         if old != final:
             shutil.rmtree(old, ignore_errors=True)
@@ -189,6 +215,12 @@ def load_replay(checkpoints: Path, storage: ReplayStorage, env_id: str,
     smaller); None when the run has none. With prioritized replay's ``tree`` each row gets its saved priority
     (saved without: the largest one, as a new row does) before it is published. Raises CheckpointError, adding
     nothing, for a replay that is not this env's or does not read back."""
+    try:
+        _finish_interrupted_swap(checkpoints)
+    except OSError as exc:
+        raise CheckpointError(f"a replay folder set aside in {checkpoints} by a killed save could not be renamed "
+                              f"back ({exc.strerror or exc}); rename {_RETIRED_PREFIX}replay_<step> to replay_<step> "
+                              "there, or delete it to resume with an empty replay buffer") from None
     found = replay_folders(checkpoints)
     if not found:
         return None

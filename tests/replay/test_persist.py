@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import json
 import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -106,6 +109,40 @@ def test_only_the_newest_replay_is_kept_and_a_killed_writers_folder_is_removed(t
     assert [p.name for p in replay_folders(tmp_path)] == ["replay_0000000090"]
     assert not leftover.exists()
     assert sorted(p.name for p in tmp_path.iterdir()) == ["replay_0000000090"]
+
+
+KILL_DURING_SAVE = Path(__file__).with_name("kill_during_save.py")
+
+
+def test_a_save_killed_anywhere_in_a_same_step_swap_leaves_a_whole_replay(tmp_path):
+    """A resume stopped before its first new step saves its replay at the step of the folder it loaded. The
+    old folder cannot be renamed over, so it goes aside first; SIGKILL the saver at each change of names in
+    turn and the run must still load one whole replay, the old or the new, and save cleanly after."""
+    outcomes = []
+    for kill_at in range(10):
+        checkpoints = tmp_path / f"kill_at_{kill_at}"
+        checkpoints.mkdir()
+        save_replay(filled(100, 40), checkpoints, 500, ENV)
+        child = subprocess.run([sys.executable, str(KILL_DURING_SAVE), str(checkpoints), "500", "60", str(kill_at)],
+                               check=False, capture_output=True, text=True, timeout=120)
+        if child.returncode == 0:
+            assert child.stdout.split() == ["saved", str(kill_at)], child.stdout
+            break
+        assert child.returncode == -signal.SIGKILL, child.stderr
+        target = ReplayStorage.local(100, OBS, ACT)
+        loaded = load_replay(checkpoints, target, ENV)
+        assert loaded is not None and loaded.path.name == "replay_0000000500", f"kill at change {kill_at}"
+        assert loaded.rows in (40, 60), f"kill at change {kill_at}: {loaded.rows} rows"
+        np.testing.assert_array_equal(fifo_rows(target), np.arange(loaded.rows, dtype=np.float32))
+        check_rows_match_numbers(target)
+        outcomes.append(loaded.rows)
+        save_replay(filled(100, 70), checkpoints, 500, ENV)  # the next session's save puts everything right
+        assert sorted(p.name for p in checkpoints.iterdir()) == ["replay_0000000500"], f"kill at change {kill_at}"
+    else:
+        raise AssertionError("the save was killed at every one of 10 changes: it should make fewer")
+    # the old folder aside, the new one in, the old one removed: a kill before the new one is in keeps the old
+    # replay, one after keeps the new
+    assert len(outcomes) >= 3 and 40 in outcomes and 60 in outcomes, outcomes
 
 
 def test_no_saved_replay_loads_nothing(tmp_path):
