@@ -206,8 +206,7 @@ class SerialTrainer:
         )
 
     def _resume_hint(self) -> str:
-        found = list_checkpoints(self.context.run_dir)
-        return resume_hint(found[-1] if found else None, self.context.run_dir)
+        return _resume_hint(self.context.run_dir)
 
     def _learn(self) -> None:
         while self.update_credit >= 1.0:
@@ -290,6 +289,16 @@ def _next_multiple(step: int, every: int) -> float:
     return (step // every + 1) * every if every > 0 else math.inf
 
 
+def _resume_hint(run_dir: Path) -> str:
+    found = list_checkpoints(run_dir)
+    return resume_hint(found[-1] if found else None, run_dir)
+
+
 def run_serial(config: TrainConfig, context: RunContext, print_fn: Callable[[str], None] = print) -> TrainResult:
     """Train with every role in this process; see the module docstring."""
-    return SerialTrainer(config, context, print_fn).run()
+    try:
+        trainer = SerialTrainer(config, context, print_fn)
+    except KeyboardInterrupt:  # before the trainer's own handlers: making envs and networks, a resume's replay load
+        # no checkpoint or replay was written yet: say what the run folder holds (the CLI prints this line)
+        raise KeyboardInterrupt(f"interrupted before training began; {_resume_hint(context.run_dir)}") from None
+    return trainer.run()

@@ -6,7 +6,10 @@ then sleeps ``HOLD_S`` before any byte of it:
 
 * ``ckpt``: ``torch.save`` of a checkpoint (the supervisor, or the serial trainer), held in its first write
   call: torch's zip writer calls back into the file from C++;
-* ``replay``: a replay column's ``np.save`` (the same process, at the stop, with ``--save-replay``).
+* ``replay``: a replay column's ``np.save`` (the same process, at the stop, with ``--save-replay``);
+* ``load``: a resume's load of the saved replay (``persist.load_replay`` as ``resume_replay`` calls it),
+  held before it reads the folder: the supervisor after its signal handlers are installed, the serial
+  trainer before its own are.
 
 Everything else is the real CLI. Spawned children re-import this file as ``__mp_main__``: the guard below
 keeps them from patching anything or running a second CLI.
@@ -51,7 +54,7 @@ def _install_in_the_writer() -> None:
 
     from spreeze_like.replay import persist
 
-    write_npy, torch_save = persist._write_npy, torch.save
+    write_npy, torch_save, load_replay = persist._write_npy, torch.save, persist.load_replay
 
     def held_npy(path, array) -> None:
         _held("replay")
@@ -60,8 +63,13 @@ def _install_in_the_writer() -> None:
     def held_save(obj, f, *args, **kwargs):
         return torch_save(obj, _HeldFile(f) if hasattr(f, "write") else f, *args, **kwargs)
 
+    def held_load(*args, **kwargs):
+        _held("load")
+        return load_replay(*args, **kwargs)
+
     persist._write_npy = held_npy
     torch.save = held_save
+    persist.load_replay = held_load
 
 
 if __name__ == "__main__":

@@ -26,7 +26,7 @@ from spreeze_like.checkpoint import list_checkpoints, load_latest
 from spreeze_like.replay.persist import load_replay, replay_folders
 from spreeze_like.replay.storage import ReplayStorage
 
-from .helpers import TINY_ARGS, assert_nothing_left, cli_env, only_run_dir, start_cli, wait_status
+from .helpers import TINY_ARGS, assert_nothing_left, cli_env, only_run_dir, run_cli, start_cli, wait_status
 
 LAUNCHER = Path(__file__).with_name("slow_writes.py")
 
@@ -186,3 +186,63 @@ def test_a_forced_stop_before_the_first_checkpoint_says_there_is_nothing_to_resu
     assert "--resume" not in text and "Traceback" not in text, text[-3000:]
     assert not list((run_dir / "checkpoints").glob("ckpt_*.pt"))
     assert_nothing_left(run_dir)
+
+
+def _replay_and_checkpoints(run_dir: Path) -> dict[str, tuple[int, int]]:
+    """Every file of the run's checkpoint folder, with its size and modification time (ns)."""
+    return {str(p.relative_to(run_dir)): (p.stat().st_size, p.stat().st_mtime_ns)
+            for p in sorted((run_dir / "checkpoints").rglob("*")) if p.is_file()}
+
+
+@pytest.mark.multiproc
+@pytest.mark.parametrize(("mode", "signals"), [("--no-serial", 1), ("--no-serial", 2), ("--serial", 1)])
+def test_a_stop_while_a_resume_loads_its_replay_keeps_the_run_resumable(tmp_path, mode, signals):
+    """Ctrl-C while ``--resume`` loads the replay an earlier ``--save-replay`` left (held open for 1 s by the
+    launcher). Once (parallel): the supervisor's orderly stop, before any new step, so its checkpoint and
+    replay fall on the step of the ones it loaded, and the replay is saved again over its own folder. Twice
+    (parallel), or once in the serial trainer (whose handlers come after the load): the load is cut short,
+    nothing on disk may change, and the last line names the checkpoint to resume from (the serial trainer
+    said only "interrupted" before 2026-11-28's second session). Either way the run resumes with its replay
+    afterwards."""
+    first = run_cli(*TINY_ARGS, mode, "--total-steps", "600", "--save-replay", "--logdir", str(tmp_path / "runs"))
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    run_dir = only_run_dir(tmp_path / "runs")
+    (saved,) = replay_folders(run_dir / "checkpoints")
+    saved_rows = json.loads((saved / "meta.json").read_text())["rows"]
+    before = _replay_and_checkpoints(run_dir)
+    gate, log = tmp_path / "gate", tmp_path / "resume.log"
+    gate.mkdir()
+    (gate / "armed").write_text("load")
+    proc = _launch(gate, log, ["--resume", str(run_dir), mode, "--total-steps", "100000", "--save-replay"])
+    try:
+        _wait_for(gate, "inside", proc, log, 120)
+        for _ in range(signals):
+            proc.send_signal(signal.SIGINT)
+            time.sleep(0.2)
+        proc.wait(timeout=120)
+    finally:
+        _clean_up(proc)
+    text = log.read_text()
+    assert proc.returncode == 130, text[-3000:]
+    assert "Traceback" not in text, text[-3000:]
+    checkpoints = run_dir / "checkpoints"
+    assert not [p.name for p in checkpoints.iterdir() if p.name.startswith(".")], text[-3000:]
+    hint = f"the last good checkpoint is {checkpoints / 'ckpt_0000000600.pt'}; resume with --resume {run_dir}"
+    if (mode, signals) == ("--no-serial", 1):  # the orderly stop wrote both again, at the same step
+        payload, _ = load_latest(run_dir)
+        assert payload["env_steps"] == 600, text[-3000:]
+        assert [f.name for f in replay_folders(checkpoints)] == [saved.name], text[-3000:]
+        assert f"[spreeze] replay: {saved_rows:,} transitions saved in" in text, text[-3000:]
+        assert "[spreeze] interrupted at 600 env steps; checkpoint" in text, text[-3000:]
+    else:  # cut short in the load: the folder as it was, byte counts and times
+        assert _replay_and_checkpoints(run_dir) == before, text[-3000:]
+        said = f"[spreeze] forced stop; {hint}" if signals == 2 else f"interrupted before training began; {hint}"
+        assert said in text, text[-3000:]
+    if mode == "--no-serial":
+        assert_nothing_left(run_dir)
+    storage = ReplayStorage.local(20000, 3, 1)
+    loaded = load_replay(checkpoints, storage, "Pendulum-v1")
+    assert loaded is not None and loaded.rows == saved_rows, text[-3000:]
+    again = run_cli("--resume", str(run_dir), mode, "--total-steps", "800")
+    assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
+    assert f"[spreeze] replay: {saved_rows:,} transitions loaded" in again.stdout, again.stdout[-2000:]
