@@ -7,6 +7,7 @@ read (and are tested) without the code that starts runs.
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Any
 
@@ -75,7 +76,7 @@ def compare(env: dict[str, Any]) -> dict[str, Any]:
         if env.get(key):
             out[f"{key}_progress"] = progress(env[key])
     a = out.get("autotuned_progress", float("nan"))
-    out["autotuned_pass"] = bool(a == a and a >= ACCEPT)
+    out["autotuned_pass"] = bool(not math.isnan(a) and a >= ACCEPT)
     return out
 
 

@@ -286,7 +286,7 @@ def main(argv: list[str] | None = None) -> int:
         plan_text = ""
         if "autotuned" in configs:
             plan = subprocess.run([*RUN, "--env", env_id, "--total-steps", LONG_STEPS, "--plan-only", *probe_flags],
-                                  capture_output=True, text=True, env={**os.environ, "XDG_CACHE_HOME": xdg})
+                                  capture_output=True, text=True, env={**os.environ, "XDG_CACHE_HOME": xdg}, check=False)
             if plan.returncode != 0:  # probes now (cached), not in the timed run
                 print(plan.stderr.strip().splitlines()[-1] if plan.stderr.strip() else "error: --plan-only failed",
                       file=sys.stderr)

@@ -32,7 +32,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-
 QUICK_SECONDS = 1.0
 QUICK_KS = (1, 4, 16)
 

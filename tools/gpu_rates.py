@@ -88,7 +88,7 @@ def step_modes(device: str, batch: int, seconds: float, modes: tuple[str, ...], 
     for mode in modes:
         part = make_critic_part(_spec(precision=precision), device)
         guard = NonFiniteGuard(part, "critic-learner", LocalStatsBlock({"c": ["nonfinite_steps"]}).role("c"), 10**9)
-        runner = StepRunner(part, lambda b: part.step(b)[0], batch, CRITIC_INPUTS, begin=guard.begin,
+        runner = StepRunner(part, lambda b, part=part: part.step(b)[0], batch, CRITIC_INPUTS, begin=guard.begin,
                             mode=mode if mode in ("cuda-graph", "compiled-graph") else "eager")
         g = torch.Generator(device=device).manual_seed(0)
         for t in runner.inputs.values():
@@ -99,9 +99,10 @@ def step_modes(device: str, batch: int, seconds: float, modes: tuple[str, ...], 
                 for _ in range(3):  # the optimiser's state exists before tracing (as our graph's warm-up does)
                     part.step(runner.batch)
                 untraced_optimizers(part)  # as compiled-graph does
-                compiled = torch.compile(lambda: part.step(runner.batch)[0], mode="reduce-overhead")
+                # used within this iteration only; a closure, as dynamo traces it best
+                compiled = torch.compile(lambda: part.step(runner.batch)[0], mode="reduce-overhead")  # noqa: B023
 
-                def call() -> None:
+                def call(guard=guard, compiled=compiled) -> None:
                     guard.begin()
                     compiled()
             else:
@@ -112,7 +113,7 @@ def step_modes(device: str, batch: int, seconds: float, modes: tuple[str, ...], 
             start_s = time.perf_counter() - t0
             rate, calls = _timed(call, device, seconds)
             out[mode] = {"updates_per_s": rate, "frames_per_s": rate * batch, "startup_s": start_s, "calls": calls}
-        except Exception as exc:  # a mode that fails here is reported, not hidden
+        except Exception as exc:  # noqa: BLE001 - a mode that fails here is reported, not hidden
             # the first line of an inductor error names only the backend: keep the traceback's end too
             out[mode] = {"error": f"{type(exc).__name__}: {str(exc).splitlines()[0][:300]}",
                          "detail": traceback.format_exc()[-4000:]}

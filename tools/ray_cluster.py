@@ -179,7 +179,7 @@ class LocalCluster:
         return {**os.environ, "RAY_AUTH_MODE": "token", "RAY_AUTH_TOKEN": self.token, "RAY_USAGE_STATS_ENABLED": "0",
                 "RAY_ADDRESS": self.address}
 
-    def __enter__(self) -> LocalCluster:
+    def __enter__(self) -> LocalCluster:  # noqa: PYI034 - typing.Self needs Python 3.11; we support 3.10
         self.start()
         return self
 
@@ -225,9 +225,9 @@ class LocalCluster:
 
     def nodes(self) -> list[dict]:
         """Ray's view of the cluster's nodes (``ray.nodes()`` from a throwaway driver process)."""
-        code = ("import json, ray; ray.init(address=%r, logging_level='ERROR', log_to_driver=False); "
+        code = (f"import json, ray; ray.init(address={self.address!r}, logging_level='ERROR', log_to_driver=False); "
                 "print('NODES' + json.dumps([{k: n[k] for k in ('NodeID', 'Alive', 'NodeManagerAddress', "
-                "'NodeManagerPort', 'Resources')} for n in ray.nodes()])); ray.shutdown()" % self.address)
+                "'NodeManagerPort', 'Resources')} for n in ray.nodes()])); ray.shutdown()")
         done = subprocess.run([sys.executable, "-c", code], env=self.env(), capture_output=True, text=True,
                               timeout=60, check=False)
         lines = [ln for ln in done.stdout.splitlines() if ln.startswith("NODES")]
