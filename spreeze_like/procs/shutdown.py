@@ -4,7 +4,8 @@ Stop order (end of training, Ctrl-C, SIGTERM or a failure): samplers stop (phase
 learners then catch up to the UTD budget on the data collected; ``HALT``: they only finish the
 update in hand), a final checkpoint is assembled, the final evaluation runs (normal end only),
 phase ``EXIT`` lets the monitor flush TensorBoard and every child return, children are joined,
-with ``--save-replay`` the replay is saved beside that checkpoint (no process writes to it any more;
+with ``--save-replay`` the records still in the sampler rings are drained into replay and the replay is
+saved beside that checkpoint (no process writes to it any more; :func:`drain_leftovers`,
 :mod:`spreeze_like.replay.persist`), segments unlinked. A second Ctrl-C or SIGTERM skips to the
 joins (children killed), still unlinking; from then on further signals are ignored until the
 cleanup is done (exit status 130 after Ctrl-C, 143 after SIGTERM, the final ``status.json`` written).
@@ -33,15 +34,20 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from spreeze_like.checkpoint import checkpoint_step, interrupted_line
-from spreeze_like.errors import SpreezeError
+from spreeze_like.errors import ShmError, SpreezeError
 from spreeze_like.ipc.stats_block import StatsBlock
 from spreeze_like.procs.control import EXIT, FINISH, HALT
 from spreeze_like.procs.descendants import kill_tagged
 from spreeze_like.procs.evaluator_proc import read_results
+from spreeze_like.procs.feeder import RingFeeder
 from spreeze_like.procs.parts import LEARNERS, remove_parts
+from spreeze_like.procs.segments import Attached
 from spreeze_like.procs.status import eval_history, write_startup
+from spreeze_like.replay import PrioritizedSampler, UniformSampler
 from spreeze_like.replay.persist import keep_replay
 from spreeze_like.results import TrainResult
+from spreeze_like.roles.ports import LocalStatsBlock
+from spreeze_like.roles.replay_writer import ReplayWriter
 
 if TYPE_CHECKING:
     from spreeze_like.supervisor import Supervisor
@@ -120,6 +126,7 @@ def shutdown(sup: Supervisor, t0: float) -> TrainResult:
     sup.startup["t_joined"] = time.monotonic()
     if sup.config.save_replay and checkpointed and sup.failure is None:  # nothing writes to replay any more
         with sup.signals.deferred():  # a forcing signal lets the replay being written finish first
+            drain_leftovers(sup)
             keep_replay(sup.owned.storage(), sup.run_dir, checkpoint_step(sup.last_checkpoint()), sup.config.env,
                         sup.owned.tree(), sup.say)
     snap = sup.block.snapshot()
@@ -146,6 +153,33 @@ def shutdown(sup: Supervisor, t0: float) -> TrainResult:
         final_eval_return=float(final["mean_return"]) if final else float("nan"),
         final_eval_returns=tuple(final["returns"]) if final else (), evals=evals,
         wall_s=time.monotonic() - t0, mode="parallel", stopped_early=sup.stopped_early)
+
+
+def drain_leftovers(sup: Supervisor) -> int:
+    """Every record still in a sampler ring into replay, once every role is joined; returns how many.
+
+    A stop halts the critic learner, which drains the rings, together with the samplers, so the records
+    written in between stay in the rings (up to a lead per sampler: 37 of 5,765 in a Pendulum-v1 run
+    here). The samplers counted them, so the stop's checkpoint does, and without this the saved replay
+    would lack them for good. Nothing else writes to replay now: this process takes the writer role
+    from the joined critic and gives it back; prioritized rows get the largest priority, as the critic's
+    feeder gives them. A storage still claimed by a live process (a reused pid) or a ring that fails its
+    checks is one line, and the replay is saved as the critic left it."""
+    storage, tree = sup.owned.storage(), sup.owned.tree()
+    inserter = UniformSampler(storage) if tree is None else PrioritizedSampler(storage, tree)
+    writer = ReplayWriter(inserter, sup.plan.layout, sup.block.role("replay"))
+    drained = LocalStatsBlock({"drain": ["drained_rows", "drain_s"]}).role("drain")  # the critic's row stays its own
+    try:
+        # attached as their reader anew: a handle keeps its own read cursor, and the creator's never read
+        with Attached(sup.plan) as shm:
+            rings = [shm.ring(i, "reader") for i in range(len(sup.owned.rings))]
+            return RingFeeder(rings, writer, drained).drain(max_rows=sum(r.capacity for r in rings))
+    except (RuntimeError, ShmError) as exc:  # a writer still alive (a reused pid), a ring's corrupt counters: the
+        # replay is saved as the critic left it, and the run's checkpoint is written already
+        sup.say(f"[spreeze] the records left in the sampler rings are not in the saved replay ({exc})")
+        return 0
+    finally:
+        storage.release_writer()
 
 
 def final_evaluation(sup: Supervisor) -> dict[str, Any] | None:

@@ -8,9 +8,12 @@ before anything runs; nothing is left behind (the autouse fixture and assert_not
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shutil
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -18,7 +21,15 @@ import pytest
 from spreeze_like.checkpoint import load_latest
 from spreeze_like.replay.persist import replay_folders
 
-from .helpers import TINY_ARGS, assert_nothing_left, interrupt, only_run_dir, run_cli, start_long_run
+from .helpers import (
+    TINY_ARGS,
+    assert_nothing_left,
+    interrupt,
+    only_run_dir,
+    read_status,
+    run_cli,
+    start_long_run,
+)
 
 LEARN_AFTER = 300  # TINY_ARGS: --learning-starts 300, --batch-size 64
 
@@ -86,9 +97,8 @@ def test_sigterm_saves_the_replay_beside_its_checkpoint_and_the_resume_loads_it(
     payload, _ = load_latest(run_dir)
     stopped = payload["env_steps"]
     meta = _meta(run_dir)
-    # the replay holds what the critic drained by the stop: the checkpoint's steps, less what was still in a ring
-    # (the samplers stay at most a lead, 64 here, ahead of the critic's allowance)
-    assert meta["env_step"] == stopped and 0 <= stopped - meta["rows"] <= 2 * 64 and meta["rows"] > LEARN_AFTER
+    # every transition the checkpoint counts: what the critic drained, and what was still in a ring at the stop
+    assert meta["env_step"] == stopped and meta["rows"] == stopped > LEARN_AFTER
     assert_nothing_left(run_dir)
 
     again = run_cli("--resume", str(run_dir), "--total-steps", str(stopped + 200))
@@ -121,3 +131,54 @@ def test_a_replay_of_another_env_is_one_line_and_exit_2(tmp_path):
     third = run_cli("--resume", str(run_dir), "--serial", "--total-steps", "600")
     assert third.returncode == 0 and "transitions loaded" not in third.stdout  # refilled, as without a replay
     assert "[spreeze] replay: 200 transitions saved" in third.stdout  # --save-replay stays on, from config.json
+
+
+def _stop_with_the_critic_frozen(logdir, extra: list[str]) -> tuple[int, str, object]:
+    """A run with ``--save-replay``: its critic frozen (SIGSTOP) for 2 s while the samplers write on up to its
+    allowance, then SIGTERM, then SIGCONT. Returns (exit status, log text, run folder)."""
+    log = logdir.parent / f"{logdir.name}.log"
+    proc, run_dir = start_long_run(logdir, log, "--save-replay", *extra, min_steps=LEARN_AFTER + 100)
+    critic = None
+    try:
+        critic = read_status(run_dir)["roles"]["critic-learner"]["pid"]
+        os.kill(critic, signal.SIGSTOP)
+        time.sleep(2.0)
+        proc.send_signal(signal.SIGTERM)
+        os.kill(critic, signal.SIGCONT)
+        proc.wait(timeout=60)
+    finally:
+        if critic is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(critic, signal.SIGCONT)
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, log.read_text(), run_dir
+
+
+@pytest.mark.multiproc
+@pytest.mark.parametrize("replay", ["uniform", "prioritized"])
+def test_the_records_left_in_the_rings_at_a_stop_are_in_the_saved_replay(tmp_path, replay):
+    """A stop halts the critic learner (the rings' only reader) with the samplers, so what they wrote after
+    its last drain stays in the rings; the checkpoint counts it (the samplers did). Before 2026-11-28's
+    second session the saved replay lacked it for good (37 of 5,765 transitions in a Pendulum-v1 run by
+    hand). With the critic frozen while the samplers write, records are left for the supervisor's drain
+    unless the critic was frozen just before a drain of its own, which it then finishes (seen in about one
+    stop of six): so up to four stops, every one checked, until one has left records."""
+    extra = ["--prioritized"] if replay == "prioritized" else []
+    for attempt in range(4):
+        status, text, run_dir = _stop_with_the_critic_frozen(tmp_path / f"runs{attempt}", extra)
+        assert status == 143, text[-3000:]
+        payload, _ = load_latest(run_dir)
+        meta, stopped = _meta(run_dir), payload["env_steps"]
+        left = stopped - int(read_status(run_dir)["counters"]["critic-learner"]["drained_rows"])
+        assert meta["env_step"] == stopped and left >= 0
+        assert meta["rows"] == stopped, f"{stopped - meta['rows']} of {left} records left in the rings are not saved"
+        assert f"[spreeze] replay: {stopped:,} transitions saved in" in text, text[-2000:]
+        if replay == "prioritized":  # the drained rows got the largest priority, as the feeder gives new rows
+            saved = np.load(replay_folders(run_dir / "checkpoints")[0] / "priority.npy")
+            assert (saved > 0).all() and (left == 0 or (saved[-left:] == meta["max_priority"]).all())
+        assert_nothing_left(run_dir)
+        if left > 0:
+            return
+    raise AssertionError("in none of four stops were records left in the rings: the case was not tested")
