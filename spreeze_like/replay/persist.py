@@ -8,10 +8,11 @@ run (SIGTERM) should continue as if it had not stopped.
 
 When it is written: at the end of a session (the end of training, Ctrl-C, SIGTERM), after the final
 checkpoint, by the process that owns the storage once nothing writes to it any more: the serial
-trainer itself; in the parallel mode the supervisor after every role has been joined and it has drained
-what was left in the sampler rings (``procs/shutdown.drain_leftovers``), before it unlinks the segments. Not at the periodic checkpoints: a HalfCheetah buffer of 1M transitions is
-about 170 MB (Humanoid's 3 GB), too much to write every few minutes, and the critic's feeder is
-writing into it then. So a run killed with SIGKILL resumes with the newest replay saved by an earlier
+trainer itself; in the parallel mode the supervisor after every role has been joined and it has
+drained what was left in the sampler rings (``procs/shutdown.drain_leftovers``), before it unlinks
+the segments. Not at the periodic checkpoints: a HalfCheetah buffer of 1M transitions is about 170
+MB (Humanoid's 3 GB), too much to write every few minutes, and the critic's feeder is writing into
+it then. So a run killed with SIGKILL resumes with the newest replay saved by an earlier
 session end, or with none.
 
 Layout: ``<run>/checkpoints/replay_<env step, 10 digits>/`` holding ``meta.json`` (format, env id,
