@@ -152,6 +152,19 @@ def resume_hint(checkpoint: str | Path | None, run_dir: str | Path) -> str:
     return f"the last good checkpoint is {checkpoint}; resume with --resume {run_dir}"
 
 
+def run_dir_hint(run_dir: str | Path) -> str:
+    """:func:`resume_hint` for the newest checkpoint in ``run_dir`` (none: nothing to resume)."""
+    found = list_checkpoints(run_dir)
+    return resume_hint(found[-1] if found else None, run_dir)
+
+
+def interrupted_before_training(run_dir: str | Path) -> KeyboardInterrupt:
+    """What a Ctrl-C / SIGTERM raises between the run folder's making and a mode's own stop handlers (importing
+    the trainer, building envs and networks, loading a resume's replay): the line says what the folder holds,
+    and the CLI prints it (:func:`spreeze_like.console.exit_status`)."""
+    return KeyboardInterrupt(f"interrupted before training began; {run_dir_hint(run_dir)}")
+
+
 def interrupted_line(env_steps: int, checkpoint: str | Path | None, run_dir: str | Path) -> str:
     """What both modes print after an orderly stop on Ctrl-C / SIGTERM."""
     return (f"[spreeze] interrupted at {env_steps:,} env steps; checkpoint {checkpoint}; "

@@ -43,11 +43,11 @@ import torch
 from spreeze_like.checkpoint import (
     LOAD_MISMATCH,
     capture_process_rng,
+    interrupted_before_training,
     interrupted_line,
-    list_checkpoints,
     mismatch_error,
     restore_process_rng,
-    resume_hint,
+    run_dir_hint,
     save_checkpoint,
 )
 from spreeze_like.config import TrainConfig
@@ -206,7 +206,7 @@ class SerialTrainer:
         )
 
     def _resume_hint(self) -> str:
-        return _resume_hint(self.context.run_dir)
+        return run_dir_hint(self.context.run_dir)
 
     def _learn(self) -> None:
         while self.update_credit >= 1.0:
@@ -289,16 +289,10 @@ def _next_multiple(step: int, every: int) -> float:
     return (step // every + 1) * every if every > 0 else math.inf
 
 
-def _resume_hint(run_dir: Path) -> str:
-    found = list_checkpoints(run_dir)
-    return resume_hint(found[-1] if found else None, run_dir)
-
-
 def run_serial(config: TrainConfig, context: RunContext, print_fn: Callable[[str], None] = print) -> TrainResult:
     """Train with every role in this process; see the module docstring."""
     try:
         trainer = SerialTrainer(config, context, print_fn)
     except KeyboardInterrupt:  # before the trainer's own handlers: making envs and networks, a resume's replay load
-        # no checkpoint or replay was written yet: say what the run folder holds (the CLI prints this line)
-        raise KeyboardInterrupt(f"interrupted before training began; {_resume_hint(context.run_dir)}") from None
+        raise interrupted_before_training(context.run_dir) from None
     return trainer.run()

@@ -246,3 +246,27 @@ def test_a_stop_while_a_resume_loads_its_replay_keeps_the_run_resumable(tmp_path
     again = run_cli("--resume", str(run_dir), mode, "--total-steps", "800")
     assert again.returncode == 0, again.stdout[-2000:] + again.stderr[-2000:]
     assert f"[spreeze] replay: {saved_rows:,} transitions loaded" in again.stdout, again.stdout[-2000:]
+
+
+@pytest.mark.multiproc
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_a_stop_as_the_serial_trainer_starts_says_the_new_folder_holds_nothing_to_resume(tmp_path, sig):
+    """Between the run folder's making and the serial trainer's own handlers (its import with torch, about a
+    second; then its envs and networks) a Ctrl-C or SIGTERM ended with the bare line "interrupted" (seen on
+    2026-11-28). It now says what the folder holds: here, no checkpoint, so nothing to resume."""
+    gate, log = tmp_path / "gate", tmp_path / "run.log"
+    gate.mkdir()
+    (gate / "armed").write_text("start")
+    proc = _launch(gate, log, [*TINY_ARGS, "--serial", "--total-steps", "600", "--logdir", str(tmp_path / "runs")])
+    try:
+        _wait_for(gate, "inside", proc, log, 120)
+        proc.send_signal(sig)
+        proc.wait(timeout=60)
+    finally:
+        _clean_up(proc)
+    text = log.read_text()
+    run_dir = only_run_dir(tmp_path / "runs")
+    assert proc.returncode == 128 + sig, text[-3000:]
+    assert text.rstrip().endswith(f"interrupted before training began; no checkpoint was written, so {run_dir} holds "
+                                  "nothing to resume: start the run again"), text[-3000:]
+    assert "Traceback" not in text and not list_checkpoints(run_dir), text[-3000:]
