@@ -15,6 +15,8 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from spreeze_like.checkpoint import interrupted_before_training
+
 if TYPE_CHECKING:
     from spreeze_like.results import TrainResult
     from spreeze_like.rundir import RunContext
@@ -26,8 +28,14 @@ __all__ = ["parallel_entry", "serial_entry"]
 
 
 def serial_entry() -> ModeEntry:
-    """``spreeze_like.serial.run_serial``: every role in this process."""
-    from spreeze_like.serial import run_serial
+    """``spreeze_like.serial.run_serial``: every role in this process, imported when the entry is called."""
+
+    def run_serial(config: Any, context: RunContext, *args: Any, **kwargs: Any) -> TrainResult:
+        try:  # the serial trainer and torch: about a second after the run folder is made, before its handlers
+            from spreeze_like.serial import run_serial as entry
+        except KeyboardInterrupt:
+            raise interrupted_before_training(context.run_dir) from None
+        return entry(config, context, *args, **kwargs)
 
     return _releasing_the_folder(run_serial)
 

@@ -21,7 +21,6 @@ import dataclasses
 from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING
 
-from spreeze_like.checkpoint import interrupted_before_training
 from spreeze_like.config import TrainConfig
 from spreeze_like.console import say
 from spreeze_like.envs import env_info
@@ -87,12 +86,7 @@ def train(
     for line in settings_lines(resolved, all_sources):
         print_fn(line)
     if run is None:
-        try:
-            serial = serial_entry()  # imports the serial trainer and torch (about a second)
-        except KeyboardInterrupt:
-            context.release()
-            raise interrupted_before_training(context.run_dir) from None
-        return serial(resolved, context, print_fn)
+        return serial_entry()(resolved, context, print_fn)
     return run(resolved, context)
 
 

@@ -159,9 +159,9 @@ def drain_leftovers(sup: Supervisor) -> int:
     """Every record still in a sampler ring into replay, once every role is joined; returns how many.
 
     A stop halts the critic learner, which drains the rings, together with the samplers, so the records
-    written in between stay in the rings (up to a lead per sampler: 37 of 5,765 in a Pendulum-v1 run
-    here). The samplers counted them, so the stop's checkpoint does, and without this the saved replay
-    would lack them for good. Nothing else writes to replay now: this process takes the writer role
+    written in between stay in the rings (37 of 5,765 in a Pendulum-v1 run here; at most what the
+    rings hold). The samplers counted them, so the stop's checkpoint does, and without this the saved
+    replay would lack them for good. Nothing else writes to replay now: this process takes the writer role
     from the joined critic and gives it back; prioritized rows get the largest priority, as the critic's
     feeder gives them. A storage still claimed by a live process (a reused pid) or a ring that fails its
     checks is one line, and the replay is saved as the critic left it."""

@@ -10,9 +10,9 @@ then sleeps ``HOLD_S`` before any byte of it:
 * ``load``: a resume's load of the saved replay (``persist.load_replay`` as ``resume_replay`` calls it),
   held before it reads the folder: the supervisor after its signal handlers are installed, the serial
   trainer before its own are;
-* ``start``: the serial mode's start, once the run folder is made (``training.serial_entry``, which
-  imports the serial trainer and torch: about a second of a plain CLI's start, before any handler of
-  the run's own).
+* ``start``: the serial mode's start, once the run folder is made: the import of ``spreeze_like.serial``
+  (with torch, about a second of a plain CLI's start, before any handler of the run's own), held by an
+  import hook.
 
 Everything else is the real CLI. Spawned children re-import this file as ``__mp_main__``: the guard below
 keeps them from patching anything or running a second CLI.
@@ -20,6 +20,7 @@ keeps them from patching anything or running a second CLI.
 
 from __future__ import annotations
 
+import importlib.abc
 import os
 import sys
 import time
@@ -70,18 +71,15 @@ def _install_in_the_writer() -> None:
         _held("load")
         return load_replay(*args, **kwargs)
 
-    from spreeze_like import training
-
-    serial_entry = training.serial_entry
-
-    def held_start():
-        _held("start")
-        return serial_entry()
+    class HeldImport(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path, target=None):  # finds nothing: the normal finders import it
+            if name == "spreeze_like.serial":
+                _held("start")
 
     persist._write_npy = held_npy
     torch.save = held_save
     persist.load_replay = held_load
-    training.serial_entry = held_start
+    sys.meta_path.insert(0, HeldImport())
 
 
 if __name__ == "__main__":
