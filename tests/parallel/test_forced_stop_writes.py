@@ -81,7 +81,9 @@ def test_a_second_signal_inside_the_stops_write_lets_it_finish(tmp_path, mode, s
     assert "resume with --resume" in text
     payload, newest = load_latest(run_dir)  # whole: torch.load reads it
     stopped = payload["env_steps"]
-    assert stopped > 300
+    # >=: under load the stop can land before any env step after the periodic checkpoint at 300 (seen once in
+    # twenty runs beside a busy core: the stop wrote ckpt_300 again and a replay of 300 rows, as it should)
+    assert stopped >= 300
     checkpoints = run_dir / "checkpoints"
     assert not [p.name for p in checkpoints.iterdir() if p.name.startswith(".")]  # no temporary file or folder
     folders = replay_folders(checkpoints)
@@ -90,7 +92,7 @@ def test_a_second_signal_inside_the_stops_write_lets_it_finish(tmp_path, mode, s
         meta = json.loads((folders[0] / "meta.json").read_text())
         storage = ReplayStorage.local(20000, 3, 1)
         loaded = load_replay(checkpoints, storage, "Pendulum-v1")
-        assert loaded is not None and loaded.rows == meta["rows"] == storage.size > 300
+        assert loaded is not None and loaded.rows == meta["rows"] == storage.size >= 300
         assert np.isfinite(storage.obs[:storage.size]).all()
     else:  # forced during the checkpoint: that checkpoint is whole, and the stop saves no replay after it
         assert folders == [], folders
