@@ -21,6 +21,7 @@ import dataclasses
 from collections.abc import Callable, Collection, Mapping
 from typing import TYPE_CHECKING
 
+from spreeze_like.checkpoint import interrupted_before_training
 from spreeze_like.config import TrainConfig
 from spreeze_like.console import say
 from spreeze_like.envs import env_info
@@ -63,9 +64,8 @@ def train(
     try:
         config, resolved, given, plan, run = _plan(config, print_fn, explicit, sources, overrides)
     except KeyboardInterrupt:  # in the autotune probe (60 s) or an env's import: say what there is to resume
-        if config.resume:
-            raise KeyboardInterrupt(f"interrupted before the run went on; its folder is as it was: resume with "
-                                    f"--resume {config.resume}") from None
+        if config.resume:  # the line the serial trainer's start says too: one case, one wording
+            raise interrupted_before_training(config.resume) from None
         raise KeyboardInterrupt("interrupted before a run folder was made: nothing was written; start the run "
                                 "again") from None
     all_sources = complete_sources(given, config)

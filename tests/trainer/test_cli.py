@@ -139,3 +139,21 @@ def test_finding12_absurd_flags_refused_before_any_run_folder(tmp_path, args, fl
     proc = run_cli(*args, "--logdir", str(tmp_path / "runs"), "--log-interval", "0")
     assert_one_line_error(proc, flag)
     assert not (tmp_path / "runs").exists()  # refused up front: no run folder, no process started
+
+
+def test_a_ctrl_c_before_a_resume_goes_on_names_its_last_good_checkpoint(finished_run, monkeypatch):
+    """Ctrl-C in a ``--resume``'s env check (gymnasium and MuJoCo import there: seconds) said "interrupted before
+    the run went on; its folder is as it was", while the same stop a moment later, in the serial trainer's start,
+    said "interrupted before training began; the last good checkpoint is ...": one case, two lines (2026-11-28).
+    Both say the second now. In-process: the env check raises the KeyboardInterrupt a Ctrl-C would."""
+    def interrupted(env: str) -> None:
+        raise KeyboardInterrupt
+
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in (finished_run / "checkpoints").iterdir())
+    monkeypatch.setattr("spreeze_like.training.env_info", interrupted)
+    with pytest.raises(KeyboardInterrupt) as raised:
+        train(resume=str(finished_run), total_steps=600, print_fn=lambda line: None)
+    newest = list_checkpoints(finished_run)[-1]
+    assert str(raised.value) == (f"interrupted before training began; the last good checkpoint is {newest}; "
+                                 f"resume with --resume {finished_run}")
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in (finished_run / "checkpoints").iterdir()) == before
