@@ -16,6 +16,7 @@ segment of a live unrelated process (another test session on the same machine) i
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 import psutil
@@ -89,6 +90,13 @@ def pytest_configure(config):
     import torch
 
     torch.cuda.is_available()
+    # A pytest started in the background by a non-interactive shell (`pytest &`, nohup) inherits SIGINT ignored,
+    # and so does every CLI a test starts: Python installs no KeyboardInterrupt handler in a process that starts
+    # with SIGINT ignored, so a test's Ctrl-C was lost wherever the run had no handler of its own yet (seen on
+    # 2026-11-28: the serial trainer's start and a resume's replay load ran on to the end). A terminal delivers
+    # Ctrl-C, so the tests do: a Python handler here is SIG_DFL in every process exec'd from this one.
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -147,14 +147,10 @@ def test_a_stop_signal_in_the_autotune_probe_says_there_is_nothing_to_resume(tmp
     the process on the spot (no line; multiprocessing warned of leaked semaphores), now ends it the same way
     with exit status 143; the probe's processes end with it."""
 
-    def default_sigint() -> None:  # as in a terminal: a background pytest (`pytest &`) would pass SIGINT ignored
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-
     log, logdir = tmp_path / "run.log", tmp_path / "runs"
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "spreeze_like.run", "--autotune", "--logdir", str(logdir)],
                                 stdout=out, stderr=subprocess.PIPE, text=True,
-                                preexec_fn=default_sigint,  # noqa: PLW1509 - one call, no lock taken in it
                                 env={**os.environ, "XDG_CACHE_HOME": str(tmp_path / "xdg"), "PYTHONUNBUFFERED": "1"})
     children: list[psutil.Process] = []
     try:
