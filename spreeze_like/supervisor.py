@@ -15,11 +15,11 @@ The supervisor owns everything a run leaves on the machine:
   (parent-death signal). Processes an env started die with the role that made them: it kills them
   after each death of a role, at the end, and through a watcher process if it is SIGKILLed itself
   (:mod:`spreeze_like.procs.descendants`).
-- **Files**: ``status.json`` (each role's pid and state, rewritten every second; a failed write is
-  one warning line), the assembled checkpoints (:mod:`spreeze_like.procs.parts`), ``shm.json``.
+- **Files**: ``status.json`` (each role's pid and state, rewritten every second; a failed write is one
+  warning line), the assembled checkpoints (:mod:`spreeze_like.procs.parts`), ``shm.json``.
 
-It never initialises CUDA: it builds no tensor and no model (weight-board sizes come from networks
-on torch's ``meta`` device), and reads checkpoint parts that the learners moved to the CPU.
+It never initialises CUDA: it builds no tensor and no model (weight-board sizes come from networks on
+torch's ``meta`` device), and reads checkpoint parts that the learners moved to the CPU.
 
 Remote samplers (``--ray ADDRESS --remote-samplers R``): sampler rows ``sampler-0 .. sampler-(L-1)``
 are local processes, ``sampler-L .. sampler-(L+R-1)`` remote actors that the ``ray-bridge`` child
@@ -28,8 +28,7 @@ writes. Every row has a ring, a stats row and a quota (the control row's ``quota
 in the global step and the end-of-sampling check. The ``--ray`` preflight before any segment, the
 quotas, and the hand-over of an abandoned remote sampler's steps: :mod:`spreeze_like.procs.sampler_rows`.
 
-The stop order (end of training, Ctrl-C, SIGTERM or a failure), the final checkpoint and evaluation
-and the joins: :mod:`spreeze_like.procs.shutdown`.
+Stops (done, Ctrl-C, SIGTERM, a failure): their order, final checkpoint, evaluation, joins: :mod:`spreeze_like.procs.shutdown`.
 """
 
 from __future__ import annotations
@@ -46,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from spreeze_like.algos.spec import AlgoSpec
-from spreeze_like.checkpoint import resume_hint
+from spreeze_like.checkpoint import interrupted_before_training, resume_hint
 from spreeze_like.config import TrainConfig
 from spreeze_like.console import flush_stdout, say
 from spreeze_like.envs import env_info
@@ -134,8 +133,11 @@ class Supervisor:
     def run(self) -> TrainResult:
         self.t0 = t0 = time.monotonic()
         self.startup.update(t_exec=process_start_time(), t_run=t0)
-        for line in sweep_shm().report_lines():  # leftovers removed; others' entries left alone, and why
-            self.say(f"[spreeze] {line}")
+        try:  # before this run's handlers, segments and processes: a stop says what the folder holds, as serial's
+            for line in sweep_shm().report_lines():  # leftovers removed; others' entries left alone, and why
+                self.say(f"[spreeze] {line}")
+        except KeyboardInterrupt:
+            raise interrupted_before_training(self.run_dir) from None
         self.signals.install()
         try:
             # before any segment: a missing Ray or a dead address costs nothing to undo

@@ -12,7 +12,9 @@ then sleeps ``HOLD_S`` before any byte of it:
   trainer before its own are;
 * ``start``: the serial mode's start, once the run folder is made: the import of ``spreeze_like.serial``
   (with torch, about a second of a plain CLI's start, before any handler of the run's own), held by an
-  import hook.
+  import hook;
+* ``sweep``: the parallel mode's start, once the run folder is made: the supervisor's sweep of dead runs'
+  segments (``supervisor.sweep_shm``), before any segment of its own.
 
 Everything else is the real CLI. Spawned children re-import this file as ``__mp_main__``: the guard below
 keeps them from patching anything or running a second CLI.
@@ -56,9 +58,10 @@ class _HeldFile:
 def _install_in_the_writer() -> None:
     import torch
 
+    from spreeze_like import supervisor
     from spreeze_like.replay import persist
 
-    write_npy, torch_save, load_replay = persist._write_npy, torch.save, persist.load_replay
+    write_npy, torch_save, load_replay, sweep_shm = persist._write_npy, torch.save, persist.load_replay, supervisor.sweep_shm
 
     def held_npy(path, array) -> None:
         _held("replay")
@@ -71,6 +74,10 @@ def _install_in_the_writer() -> None:
         _held("load")
         return load_replay(*args, **kwargs)
 
+    def held_sweep(*args, **kwargs):
+        _held("sweep")
+        return sweep_shm(*args, **kwargs)
+
     class HeldImport(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path, target=None):  # finds nothing: the normal finders import it
             if name == "spreeze_like.serial":
@@ -79,6 +86,7 @@ def _install_in_the_writer() -> None:
     persist._write_npy = held_npy
     torch.save = held_save
     persist.load_replay = held_load
+    supervisor.sweep_shm = held_sweep
     sys.meta_path.insert(0, HeldImport())
 
 

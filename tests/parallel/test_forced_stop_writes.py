@@ -252,14 +252,16 @@ def test_a_stop_while_a_resume_loads_its_replay_keeps_the_run_resumable(tmp_path
 
 @pytest.mark.multiproc
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
-def test_a_stop_as_the_serial_trainer_starts_says_the_new_folder_holds_nothing_to_resume(tmp_path, sig):
-    """Between the run folder's making and the serial trainer's own handlers (its import with torch, about a
-    second; then its envs and networks) a Ctrl-C or SIGTERM ended with the bare line "interrupted" (seen on
-    2026-11-28). It now says what the folder holds: here, no checkpoint, so nothing to resume."""
+@pytest.mark.parametrize(("mode", "window"), [("--serial", "start"), ("--no-serial", "sweep")])
+def test_a_stop_as_the_trainer_starts_says_the_new_folder_holds_nothing_to_resume(tmp_path, mode, window, sig):
+    """Between the run folder's making and a mode's own handlers a Ctrl-C or SIGTERM ended with the bare line
+    "interrupted" (seen on 2026-11-28): in the serial trainer's start (its import with torch, about a second;
+    then its envs and networks), and in the supervisor's sweep of dead runs' segments (milliseconds; held open
+    here). It now says what the folder holds: here, no checkpoint, so nothing to resume."""
     gate, log = tmp_path / "gate", tmp_path / "run.log"
     gate.mkdir()
-    (gate / "armed").write_text("start")
-    proc = _launch(gate, log, [*TINY_ARGS, "--serial", "--total-steps", "600", "--logdir", str(tmp_path / "runs")])
+    (gate / "armed").write_text(window)
+    proc = _launch(gate, log, [*TINY_ARGS, mode, "--total-steps", "600", "--logdir", str(tmp_path / "runs")])
     try:
         _wait_for(gate, "inside", proc, log, 120)
         proc.send_signal(sig)
@@ -272,3 +274,5 @@ def test_a_stop_as_the_serial_trainer_starts_says_the_new_folder_holds_nothing_t
     assert text.rstrip().endswith(f"interrupted before training began; no checkpoint was written, so {run_dir} holds "
                                   "nothing to resume: start the run again"), text[-3000:]
     assert "Traceback" not in text and not list_checkpoints(run_dir), text[-3000:]
+    if mode == "--no-serial":  # before any segment or role (the autouse fixture checks that none is left)
+        assert not (run_dir / "shm.json").exists()
