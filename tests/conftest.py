@@ -11,6 +11,9 @@ segment or semaphore of ours (``/dev/shm/spz.*``, ``/dev/shm/sem.spz.*``) or a c
 Segment names carry the creator pid (``spz.<run>.<pid>.<kind>.<idx>``), so a segment counts as
 ours when it appeared during the test and its creator is this pytest process or is dead; a
 segment of a live unrelated process (another test session on the same machine) is not ours.
+
+``pytest_configure`` also gives this process Python's SIGINT handler when it started with SIGINT ignored (a
+pytest run in the background by a shell), so that the CLIs the tests start receive the tests' Ctrl-C.
 """
 
 from __future__ import annotations
