@@ -15,11 +15,11 @@ The supervisor owns everything a run leaves on the machine:
   (parent-death signal). Processes an env started die with the role that made them: it kills them
   after each death of a role, at the end, and through a watcher process if it is SIGKILLed itself
   (:mod:`spreeze_like.procs.descendants`).
-- **Files**: ``status.json`` (each role's pid and state, rewritten every second; a failed write is one
-  warning line), the assembled checkpoints (:mod:`spreeze_like.procs.parts`), ``shm.json``.
+- **Files**: ``status.json`` (each role's pid and state, rewritten every second; a failed write is
+  one warning line), the assembled checkpoints (:mod:`spreeze_like.procs.parts`), ``shm.json``.
 
-It never initialises CUDA: it builds no tensor and no model (weight-board sizes come from networks on
-torch's ``meta`` device), and reads checkpoint parts that the learners moved to the CPU.
+It never initialises CUDA: it builds no tensor and no model (weight-board sizes come from networks
+on torch's ``meta`` device), and reads checkpoint parts that the learners moved to the CPU.
 
 Remote samplers (``--ray ADDRESS --remote-samplers R``): sampler rows ``sampler-0 .. sampler-(L-1)``
 are local processes, ``sampler-L .. sampler-(L+R-1)`` remote actors that the ``ray-bridge`` child
@@ -28,7 +28,7 @@ writes. Every row has a ring, a stats row and a quota (the control row's ``quota
 in the global step and the end-of-sampling check. The ``--ray`` preflight before any segment, the
 quotas, and the hand-over of an abandoned remote sampler's steps: :mod:`spreeze_like.procs.sampler_rows`.
 
-Stops (done, Ctrl-C, SIGTERM, a failure): their order, final checkpoint, evaluation, joins: :mod:`spreeze_like.procs.shutdown`.
+The stop order (done, Ctrl-C, SIGTERM, a failure), last checkpoint, evaluation, joins: :mod:`spreeze_like.procs.shutdown`.
 """
 
 from __future__ import annotations
