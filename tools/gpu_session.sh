@@ -51,7 +51,7 @@
 # with the 60 s probe, grid2 288 s; the lease had held the machine 780 s after them): grid2 with GRID_S = what
 # is left less ~50 s, its --json keeps the runs that finished if that cuts it.
 #   autotuned  the autotuned run (its 60 s probe first) and the grid's two best cells again, in one call
-#           (estimated ~360 s from the grid phases' runs: 90 s each plus ~5 s to stop); fits after core in a lease
+#           (366 s on the H200, 2026-11-28 17:07; then core with 150 s of tests, 314 s: the lease held 721 s)
 set -u
 out=${1:?usage: [PHASE=core|learn|learn1|learn2|grid1|grid2|autotuned] tools/gpu_session.sh OUTDIR [SECONDS_FOR_TESTS]}
 test_s=${2:-170}

@@ -15,7 +15,10 @@ REAL = FIXTURES / "probes_real_2core_cpu.json"  # recorded on the 2-core develop
 ONE_GPU = FIXTURES / "probes_synthetic_1gpu.json"  # edited variants, see fixtures/make_synthetic.py
 TWO_GPU = FIXTURES / "probes_synthetic_2gpu.json"
 H200 = FIXTURES / "probes_h200_halfcheetah.json"  # the lent H200's printed probe, see fixtures/transcribe_probe_text.py
-ALL = {"0gpu-real": REAL, "1gpu-synthetic": ONE_GPU, "2gpu-synthetic": TWO_GPU, "1gpu-h200-transcribed": H200}
+# the probe file itself, recorded by --autotune's 60 s probe on the lent H200 (2026-11-28, 17:08 UTC) and brought back
+H200_RECORDED = FIXTURES / "probes_h200_halfcheetah_recorded.json"
+ALL = {"0gpu-real": REAL, "1gpu-synthetic": ONE_GPU, "2gpu-synthetic": TWO_GPU, "1gpu-h200-transcribed": H200,
+       "1gpu-h200-recorded": H200_RECORDED}
 
 
 def load(path: Path) -> ProbeResults:

@@ -21,7 +21,7 @@ from spreeze_like.config import TrainConfig
 from spreeze_like.errors import ConfigError
 
 from .fixtures.transcribe_probe_text import SOURCE, transcribe
-from .helpers import ALL, H200, ONE_GPU, REAL, TWO_GPU, load
+from .helpers import ALL, H200, H200_RECORDED, ONE_GPU, REAL, TWO_GPU, load
 
 LONG = 10_000_000  # a run bounded by wall time, not steps (tools/bench_autotune.py passes this)
 
@@ -127,6 +127,20 @@ def test_the_h200_grid_machine_plans_r256_between_the_grids_two_best_cells():
     setup = supply(load(H200).env, plan.value("samplers"), plan.value("envs_per_sampler"))
     assert setup.steps_hz >= SUPPLY_HEADROOM * plan.predicted["sample_hz"] * 0.99
     assert setup.how in ("measured", "interpolated")
+
+
+def test_the_h200_probe_file_plans_what_the_device_printed_and_ran():
+    """The probe file the lent H200 wrote before the autotuned run of 2026-11-28, 17:07 UTC, brought back whole
+    (BENCHMARKS.md, Autotune): planned here it gives the plan the device printed, and that run reached 95% of
+    the best of the grid cells beside it. A change of the planner that changes this plan changes a measured one."""
+    plan, _ = plan_for(H200_RECORDED, total_steps=LONG, env="HalfCheetah-v5", algo="crossq")
+    assert plan.value("actor_device") == plan.value("critic_device") == "cuda:0"
+    assert (plan.value("samplers"), plan.value("envs_per_sampler")) == (2, 4)
+    assert (plan.value("batch_size"), plan.value("utd")) == (4096, 0.0625)
+    assert plan.value("serial") is False and plan.value("torch_threads") == 1
+    # the device printed "expected: 18,711 env steps/s, 1,169.4 critic updates/s" for this file
+    assert plan.predicted["sample_hz"] == pytest.approx(18_711, abs=1)
+    assert plan.predicted["update_hz"] == pytest.approx(1_169.4, abs=0.1)
 
 
 def test_the_h200_fixture_is_its_printed_probe():
