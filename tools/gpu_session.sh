@@ -37,6 +37,9 @@
 #           to 1500 on that seed; R 0.25 for SB3 and 0.5 for SBX, the issue's targets): a peer still short of
 #           1500 there proves ours / peer <= R, printed '<=R': the peers' clocks stop at 2 T and 4 T s instead of
 #           240 s each (their evaluations and start-ups come on top). Both seeds took 368 s on the H200 (T 15-18 s)
+#           LEARNER_STEP=compiled-graph: ours with that learner step (its compile inside the run's wall time), the
+#           file hc_gpu_<phase>_compiled-graph.json: whether the faster step at batch 256 (3,642-3,796 updates/s
+#           against the default cuda-graph's 2,776-2,962 on the H200) still meets the targets in a learning run
 #   grid1   the autotune grid on HalfCheetah-v5 (tools/bench_autotune.py, 90 s a run), the 1st of two
 #           parts: three grid cells and the autotuned run with its probe; grid2: the other three cells (no
 #           defaults run: it would repeat the cell 1 sampler x batch 256 x UTD 1). GRID_S: the call's own limit
@@ -77,15 +80,17 @@ stamp "setup done (phase $phase)"
 
 if [ "${phase#learn}" != "$phase" ]; then
   seeds=${phase#learn}; seeds=${seeds:-1 2}
+  sets=('algo="sac"'); tag=$phase
+  if [ -n "${LEARNER_STEP:-}" ]; then sets+=("learner_step=\"$LEARNER_STEP\""); tag=${phase}_$LEARNER_STEP; fi
   python3 -c "import jax, sbx, stable_baselines3; print('jax devices', jax.devices())" 2>&1 | tee -a "$out/machine.txt"
   # shellcheck disable=SC2086  # the seeds are words
   timeout "${LEARN_S:-570}" python3 tools/bench_vs_sb3.py --env HalfCheetah-v5 --seeds $seeds --stop-when-reached \
     --wall-budget 240 --eval-every 5000 --eval-episodes 10 --peers sbx sb3 --peer-device cuda --device cuda:0 \
-    --peer-stop-ratio sb3=0.25 --peer-stop-ratio sbx=0.5 --set algo='"sac"' \
-    --json "$out/hc_gpu_${phase}.json" 2>&1 | tee "$out/learn.log" | tail -40
+    --peer-stop-ratio sb3=0.25 --peer-stop-ratio sbx=0.5 --set "${sets[@]}" \
+    --json "$out/hc_gpu_${tag}.json" 2>&1 | tee "$out/learn.log" | tail -40
   # cut by LEARN_S: the report of the runs that finished (the file holds their records)
-  if grep -q '"partial"' "$out/hc_gpu_${phase}.json" 2>/dev/null; then
-    timeout 30 python3 tools/bench_vs_sb3.py --report "$out/hc_gpu_${phase}.json" --no-png 2>&1 | tee -a "$out/learn.log" | tail -25
+  if grep -q '"partial"' "$out/hc_gpu_${tag}.json" 2>/dev/null; then
+    timeout 30 python3 tools/bench_vs_sb3.py --report "$out/hc_gpu_${tag}.json" --no-png 2>&1 | tee -a "$out/learn.log" | tail -25
   fi
   stamp "learning seeds $seeds done"
 elif [ "$phase" = grid1 ] || [ "$phase" = grid2 ] || [ "$phase" = autotuned ]; then
