@@ -24,6 +24,8 @@ from __future__ import annotations
 import os
 import random
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -163,6 +165,15 @@ def interrupted_before_training(run_dir: str | Path) -> KeyboardInterrupt:
     the trainer, building envs and networks, loading a resume's replay): the line says what the folder holds,
     and the CLI prints it (:func:`spreeze_like.console.exit_status`)."""
     return KeyboardInterrupt(f"interrupted before training began; {run_dir_hint(run_dir)}")
+
+
+@contextmanager
+def stop_before_training_says_so(run_dir: str | Path) -> Iterator[None]:
+    """A Ctrl-C / SIGTERM (as KeyboardInterrupt) inside leaves with :func:`interrupted_before_training`'s line."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        raise interrupted_before_training(run_dir) from None
 
 
 def interrupted_line(env_steps: int, checkpoint: str | Path | None, run_dir: str | Path) -> str:

@@ -15,7 +15,7 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from spreeze_like.checkpoint import interrupted_before_training
+from spreeze_like.checkpoint import stop_before_training_says_so
 
 if TYPE_CHECKING:
     from spreeze_like.results import TrainResult
@@ -31,10 +31,8 @@ def serial_entry() -> ModeEntry:
     """``spreeze_like.serial.run_serial``: every role in this process, imported when the entry is called."""
 
     def run_serial(config: Any, context: RunContext, *args: Any, **kwargs: Any) -> TrainResult:
-        try:  # the serial trainer and torch: about a second after the run folder is made, before its handlers
-            from spreeze_like.serial import run_serial as entry
-        except KeyboardInterrupt:
-            raise interrupted_before_training(context.run_dir) from None
+        with stop_before_training_says_so(context.run_dir):  # the serial trainer and torch: about a second,
+            from spreeze_like.serial import run_serial as entry  # after the run folder is made, before its handlers
         return entry(config, context, *args, **kwargs)
 
     return _releasing_the_folder(run_serial)

@@ -43,12 +43,12 @@ import torch
 from spreeze_like.checkpoint import (
     LOAD_MISMATCH,
     capture_process_rng,
-    interrupted_before_training,
     interrupted_line,
     mismatch_error,
     restore_process_rng,
     run_dir_hint,
     save_checkpoint,
+    stop_before_training_says_so,
 )
 from spreeze_like.config import TrainConfig
 from spreeze_like.errors import CheckpointError, NonFiniteError
@@ -291,8 +291,6 @@ def _next_multiple(step: int, every: int) -> float:
 
 def run_serial(config: TrainConfig, context: RunContext, print_fn: Callable[[str], None] = print) -> TrainResult:
     """Train with every role in this process; see the module docstring."""
-    try:
+    with stop_before_training_says_so(context.run_dir):  # before its handlers: envs, networks, a resume's replay
         trainer = SerialTrainer(config, context, print_fn)
-    except KeyboardInterrupt:  # before the trainer's own handlers: making envs and networks, a resume's replay load
-        raise interrupted_before_training(context.run_dir) from None
     return trainer.run()

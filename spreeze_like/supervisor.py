@@ -45,7 +45,7 @@ from pathlib import Path
 from typing import Any
 
 from spreeze_like.algos.spec import AlgoSpec
-from spreeze_like.checkpoint import interrupted_before_training, resume_hint
+from spreeze_like.checkpoint import resume_hint, stop_before_training_says_so
 from spreeze_like.config import TrainConfig
 from spreeze_like.console import flush_stdout, say
 from spreeze_like.envs import env_info
@@ -133,11 +133,9 @@ class Supervisor:
     def run(self) -> TrainResult:
         self.t0 = t0 = time.monotonic()
         self.startup.update(t_exec=process_start_time(), t_run=t0)
-        try:  # before this run's handlers, segments and processes: a stop says what the folder holds, as serial's
+        with stop_before_training_says_so(self.run_dir):  # before this run's handlers, segments and processes
             for line in sweep_shm().report_lines():  # leftovers removed; others' entries left alone, and why
                 self.say(f"[spreeze] {line}")
-        except KeyboardInterrupt:
-            raise interrupted_before_training(self.run_dir) from None
         self.signals.install()
         try:
             # before any segment: a missing Ray or a dead address costs nothing to undo
