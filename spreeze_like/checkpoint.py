@@ -21,6 +21,7 @@ the last good checkpoint stays the newest.
 
 from __future__ import annotations
 
+import json
 import os
 import random
 import re
@@ -249,14 +250,23 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 def check_compatible(payload: dict[str, Any], env: str, algo: str, path: str | Path,
-                     hidden_sizes: tuple[int, ...] | None = None) -> None:
+                     hidden_sizes: tuple[int, ...] | None = None, env_kwargs: dict[str, Any] | None = None) -> None:
     """Refuse a checkpoint made for another env, algorithm or network shape (its networks would not fit
-    or mean anything), naming the setting, before any process starts."""
+    or mean anything), naming the setting, before any process starts.
+
+    Other ``--env-kwargs`` make another env (its observation size may differ, its dynamics or rewards do), so
+    they are refused as another env id is; a checkpoint from before the flag was made with none."""
     saved = payload.get("config", {})
     if saved.get("env") != env or saved.get("algo") != algo:
         raise CheckpointError(
             f"checkpoint {path} is from env {saved.get('env')!r} with algo {saved.get('algo')!r}, not {env!r} with "
             f"{algo!r}; resume with the same --env/--algo or start a new run without --resume"
+        )
+    then_kwargs = saved.get("env_kwargs") or {}
+    if env_kwargs is not None and then_kwargs != env_kwargs:
+        raise CheckpointError(
+            f"checkpoint {path} was trained with --env-kwargs {json.dumps(then_kwargs)}, not {json.dumps(env_kwargs)}: "
+            "another env; resume without --env-kwargs (the run's own are kept) or start a new run without --resume"
         )
     then = saved.get("hidden_sizes")
     if hidden_sizes is not None and isinstance(then, (list, tuple)) and tuple(then) != tuple(hidden_sizes):

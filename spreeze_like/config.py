@@ -72,10 +72,25 @@ def auto_actor_lr(env_id: str, algo: str = "sac", presets: str = "") -> float:
     return float(value)
 
 
+def check_env_kwargs(env_kwargs: Any, bad: Any) -> None:
+    """``--env-kwargs``: a JSON object of keyword arguments (names are strings, values JSON values, so that
+    config.json holds them exactly); ``render_mode`` is refused: a training run renders nothing."""
+    if not isinstance(env_kwargs, dict) or not all(isinstance(k, str) and k.isidentifier() for k in env_kwargs):
+        raise bad("env_kwargs", "give a JSON object of keyword arguments, e.g. '{\"ctrl_cost_weight\": 0.05}'")
+    if "render_mode" in env_kwargs:
+        raise bad("env_kwargs", "a training run renders nothing; watch a trained policy with python -m "
+                                "spreeze_like.evaluate RUN --render human")
+    try:
+        json.dumps(env_kwargs, allow_nan=False)
+    except (TypeError, ValueError):
+        raise bad("env_kwargs", "values must be JSON values (numbers, strings, true/false, null, lists, objects), "
+                                "finite") from None
+
+
 def _f(default: Any, help: str, **meta: Any) -> Any:
     """A dataclass field with a help line (and optional argparse extras such as ``choices``)."""
-    if isinstance(default, (list, tuple)):
-        return field(default_factory=lambda: default, metadata={"help": help, **meta})
+    if isinstance(default, (list, tuple, dict)):
+        return field(default_factory=lambda: type(default)(default), metadata={"help": help, **meta})
     return field(default=default, metadata={"help": help, **meta})
 
 
@@ -86,6 +101,11 @@ class TrainConfig:
     # --- what to train -------------------------------------------------------------------------
     env: str = _f(
         DEFAULT_ENV_ID, "gymnasium env id, or module:EnvId to import your own registered env first", metavar="ID"
+    )
+    env_kwargs: dict[str, Any] = _f(  # noqa: RUF009 - _f makes a default_factory for a dict: no shared default
+        {}, "keyword arguments of gymnasium.make for every env of the run, as a JSON object, e.g. "
+        "'{\"ctrl_cost_weight\": 0.05}' or '{\"max_episode_steps\": 500}'; saved in config.json, so --resume and "
+        "python -m spreeze_like.evaluate make the same env", metavar="JSON", shown="none"
     )
     algo: str = _f("sac", "algorithm; not given: the env's in presets/algos.toml (SAC unless a measurement chose "
                    "another; --list-presets shows them)", choices=ALGOS, shown="the env's, else sac")
@@ -207,6 +227,7 @@ class TrainConfig:
 
         if not isinstance(self.env, str) or not self.env.strip():
             raise bad("env", f"give a gymnasium env id such as {DEFAULT_ENV_ID}")
+        check_env_kwargs(self.env_kwargs, bad)
         if self.algo not in ALGOS:
             raise bad("algo", f"choose one of {', '.join(ALGOS)}")
         if self.precision not in PRECISIONS:

@@ -37,8 +37,8 @@ def unwrap_optional(tp: Any) -> tuple[Any, bool]:
 def typed_value(tp: Any, value: Any) -> tuple[bool, Any]:
     """Whether ``value`` (from JSON or TOML) is of the field type ``tp``, and the value as the field holds it.
 
-    ``tp`` is bool, int, float, str, or a tuple of whole numbers (``tuple`` or ``tuple[int, ...]``:
-    a JSON or TOML array). A bool is not a number here, an int is a float (converted), and an array
+    ``tp`` is bool, int, float, str, a tuple of whole numbers (``tuple`` or ``tuple[int, ...]``:
+    a JSON or TOML array), or a dict (a JSON object or TOML table). A bool is not a number here, an int is a float (converted), and an array
     becomes a tuple. Any other type is taken as it is (the config's own checks follow).
     """
     if tp is bool:
@@ -50,6 +50,8 @@ def typed_value(tp: Any, value: Any) -> tuple[bool, Any]:
         return ok, float(value) if ok else value
     if tp is str:
         return isinstance(value, str), value
+    if tp is dict or typing.get_origin(tp) is dict:  # a JSON object or TOML table (keys checked by validate())
+        return isinstance(value, dict), value
     if tp is tuple or typing.get_origin(tp) is tuple:
         ok = isinstance(value, (list, tuple)) and all(isinstance(v, int) and not isinstance(v, bool) for v in value)
         return ok, tuple(value) if ok else value
@@ -94,6 +96,23 @@ def load_json_file(path: str | Path) -> dict[str, Any]:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ConfigError(f"config file {path} is not valid JSON (line {exc.lineno}: {exc.msg})") from None
+
+
+def json_object(text: str) -> dict[str, Any]:
+    """A flag's value that is a JSON object (``--env-kwargs '{"ctrl_cost_weight": 0.05}'``); argparse turns
+    the ArgumentTypeError into its one ``error:`` line."""
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not JSON ({exc.msg} at column {exc.colno}); give an object "
+                                         "in single quotes, e.g. '{\"ctrl_cost_weight\": 0.05}'") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a JSON object; give one, e.g. '{{\"max_episode_steps\": "
+                                         "500}'")
+    return value
+
+
+json_object.__name__ = "JSON object"  # argparse names the type in its fallback message
 
 
 # --- the command line's error convention (spreeze_like.flags builds the parser) ----------------------

@@ -30,8 +30,10 @@ final observation (gymnasium 1.x vector autoreset would hand back the reset obse
 from __future__ import annotations
 
 import importlib
+import json
 import sys
 import warnings
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -158,12 +160,18 @@ def _make_quietly_on_failure(env_id: str, kwargs: dict[str, Any]) -> gym.Env:
     return instance
 
 
-def make_env(env: str, render_mode: str | None = None) -> gym.Env:
-    """Make a checked env with actions rescaled to [-1, 1]. Raises EnvError for any unusable env."""
+def make_env(env: str, render_mode: str | None = None, env_kwargs: Mapping[str, Any] | None = None) -> gym.Env:
+    """Make a checked env with actions rescaled to [-1, 1]. Raises EnvError for any unusable env.
+
+    ``env_kwargs`` (the run's ``--env-kwargs``) go to ``gymnasium.make``: the env's constructor arguments
+    (``ctrl_cost_weight``) and ``make``'s own (``max_episode_steps``). A name or value the constructor
+    refuses is one line that names the flag."""
     module, env_id = _split_entry_point(env)
     if module:
         _import_module(module, env)
-    kwargs: dict[str, Any] = {} if render_mode is None else {"render_mode": render_mode}
+    kwargs: dict[str, Any] = dict(env_kwargs or {})
+    if render_mode is not None:
+        kwargs["render_mode"] = render_mode
     try:
         instance = _make_quietly_on_failure(env_id, kwargs)
     except gym.error.Error as exc:  # NameNotFound, VersionNotFound, NamespaceNotFound, DependencyNotInstalled
@@ -177,6 +185,9 @@ def make_env(env: str, render_mode: str | None = None) -> gym.Env:
     except ImportError as exc:
         raise EnvError(f"cannot make env {env!r}: a dependency is missing ({exc}); install it and retry") from None
     except Exception as exc:  # noqa: BLE001 - the env's constructor (user code) raised: say so in one line
+        if env_kwargs and isinstance(exc, (TypeError, ValueError)):  # most likely a name or value of the flag
+            raise EnvError(f"making env {env!r} with --env-kwargs {json.dumps(dict(env_kwargs))} raised "
+                           f"{_describe(exc)}; check the names and values against the env's constructor") from None
         raise EnvError(f"making env {env!r} raised {_describe(exc)}; fix the env or pick another") from None
     try:
         check_spaces(instance, env)
@@ -230,9 +241,9 @@ def check_spaces(env: gym.Env, name: str) -> None:
         )
 
 
-def env_info(env: str) -> EnvInfo:
+def env_info(env: str, env_kwargs: Mapping[str, Any] | None = None) -> EnvInfo:
     """Make one env to read its sizes, then close it. Raises EnvError if the env is unusable."""
-    instance = make_env(env)
+    instance = make_env(env, env_kwargs=env_kwargs)
     try:
         limit = instance.spec.max_episode_steps if instance.spec is not None else None
         return EnvInfo(

@@ -14,6 +14,7 @@ be made) is one ``error: ...`` line and exit status 2. Nothing is written anywhe
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import sys
 from typing import TYPE_CHECKING
@@ -74,7 +75,9 @@ def evaluate(args: argparse.Namespace) -> int:
     from spreeze_like.policy import load_policy
 
     policy = load_policy(args.path)
-    say(f"{policy.algo} policy for {policy.env_id} after {policy.env_steps:,} env steps ({policy.checkpoint})")
+    made_with = f" made with --env-kwargs {json.dumps(policy.env_kwargs)}" if policy.env_kwargs else ""
+    say(f"{policy.algo} policy for {policy.env_id}{made_with} after {policy.env_steps:,} env steps "
+        f"({policy.checkpoint})")
     results = run_episodes(policy, args.episodes, args.seed, args.render)
     for i, (ret, length) in enumerate(results):
         say(f"episode {i}: return {ret:.1f}, {length} steps")

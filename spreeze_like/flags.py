@@ -26,6 +26,7 @@ from spreeze_like.config_fields import (
     OneLineParser,
     coerce_fields,
     field_types,
+    json_object,
     load_json_file,
     settings_of,
     unwrap_optional,
@@ -47,7 +48,7 @@ def _auto_or(base: type) -> Any:
 # --help's sections, in order: (title, TrainConfig fields). A field in none of them is listed under
 # OTHER_GROUP (tests/trainer/test_config.py asserts that none is: place a new field here).
 HELP_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("what to train", ("env", "algo", "presets", "total_steps", "seed", "resume")),
+    ("what to train", ("env", "env_kwargs", "algo", "presets", "total_steps", "seed", "resume")),
     ("sampling", ("samplers", "envs_per_sampler", "learning_starts", "exploration_noise")),
     ("remote samplers on Ray", ("ray", "remote_samplers", "remote_envs_per_sampler", "remote_batch",
                                 "remote_place_timeout_s")),
@@ -111,6 +112,8 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls: type, sections
             kwargs["action"] = argparse.BooleanOptionalAction
         elif typing.get_origin(base) is tuple:
             kwargs.update(nargs="+", type=int, metavar="N")
+        elif base is dict or typing.get_origin(base) is dict:
+            kwargs.update(type=json_object, metavar=f.metadata.get("metavar", "JSON"))
         else:
             # ``literal``: the text is the value, ``auto`` included (--ray auto is not "no --ray")
             kwargs["type"] = _auto_or(base) if optional and not f.metadata.get("literal") else base

@@ -27,6 +27,7 @@ one ConfigError line naming the file and the table. This module owns no files or
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -113,6 +114,8 @@ def _text(value: Any) -> str:
         return " ".join(map(str, value))
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
+    if isinstance(value, dict):  # --env-kwargs, as it is typed
+        return json.dumps(value)
     return str(value)
 
 

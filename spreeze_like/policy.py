@@ -19,7 +19,7 @@ this version cannot read); an env that cannot be made is the trainer's one-line 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,7 @@ class Policy:
     actor: NumpyPolicy
     obs_dim: int
     act_dim: int
+    env_kwargs: dict[str, Any] = field(default_factory=dict)  # the run's --env-kwargs
 
     def __call__(self, obs: np.ndarray) -> np.ndarray:
         """The action ``[act_dim]`` for one observation ``[obs_dim]``, or ``[B, act_dim]`` for ``[B, obs_dim]``."""
@@ -58,7 +59,7 @@ class Policy:
         """The env this policy acts in, as the trainer makes it (actions in ``[-1, 1]``)."""
         from spreeze_like.envs import make_env
 
-        return make_env(self.env_id, render_mode=render_mode)
+        return make_env(self.env_id, render_mode=render_mode, env_kwargs=self.env_kwargs)
 
     @staticmethod
     def env_action(action: np.ndarray, low: np.ndarray, high: np.ndarray) -> np.ndarray:
@@ -90,10 +91,11 @@ def load_policy(path: str | Path) -> Policy:
     try:
         algo, env_id, hidden = str(config["algo"]), str(config["env"]), tuple(int(h) for h in config["hidden_sizes"])
         state = payload["roles"][ACTOR_ROLE]["part"]["modules"]["actor"]
+        env_kwargs = dict(config.get("env_kwargs") or {})  # a checkpoint from before --env-kwargs: none
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{file} holds no actor ({type(exc).__name__}: {exc}); it is not a checkpoint of a "
                               "training run") from None
-    info = env_info(env_id)
+    info = env_info(env_id, env_kwargs)
     spec = AlgoSpec(algo=algo, obs_dim=info.obs_dim, act_dim=info.act_dim, hidden_sizes=hidden)
     actor = NumpyPolicy(spec)
     vector = np.concatenate([np.asarray(t, dtype=np.float32).reshape(-1) for t in state.values()])
@@ -102,4 +104,4 @@ def load_policy(path: str | Path) -> Policy:
     except ValueError as exc:
         raise CheckpointError(f"{file}: its actor does not fit {env_id} with hidden sizes {hidden} ({exc})") from None
     return Policy(env_id=env_id, algo=algo, seed=int(config.get("seed", 1)), env_steps=int(payload.get("env_steps", 0)),
-                  checkpoint=file, actor=actor, obs_dim=info.obs_dim, act_dim=info.act_dim)
+                  checkpoint=file, actor=actor, obs_dim=info.obs_dim, act_dim=info.act_dim, env_kwargs=env_kwargs)

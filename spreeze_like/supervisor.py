@@ -173,7 +173,7 @@ class Supervisor:
 
     def _create_segments(self) -> None:
         cfg = self.config
-        info = env_info(cfg.env)
+        info = env_info(cfg.env, cfg.env_kwargs)
         self.spec = AlgoSpec.from_config(cfg, info.obs_dim, info.act_dim)
         # The local samplers' lead (their resume gap and their rings), plus two collect batches in flight per
         # remote sampler (pacing.remote_lead): the run's lead, which the critic's allowance adds.

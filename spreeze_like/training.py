@@ -110,7 +110,7 @@ def _plan(config: TrainConfig, print_fn: Callable[[str], None], explicit: Collec
         config, plan = autotune(config, set(given), print_fn)
         given = mark_planned(given, plan)
     resolved = config.resolve()
-    env_info(resolved.env)  # a bad env fails here, before a run folder is created for it
+    env_info(resolved.env, resolved.env_kwargs)  # a bad env fails here, before a run folder is created for it
     run = None if resolved.serial else parallel_entry()
     if run is None and not resolved.serial:
         print_fn("[spreeze] the parallel mode is not built yet; running every role in this process (--serial)")

@@ -77,7 +77,7 @@ def autotune(
         print_fn(f"[autotune] {line}")
 
     probes, path, _ = load_or_probe(config.env, config.algo, config.hidden_sizes, config.probe_budget,
-                                    config.reprobe, progress)
+                                    config.reprobe, progress, env_kwargs=config.env_kwargs)
     plan = make_plan(probes, config, mine, available)
     tuned = apply_plan(config, plan).validate()
     plan.notes.append(f"probe results: {path}")

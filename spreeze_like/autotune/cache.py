@@ -14,11 +14,13 @@ either the old or the new file, never half of one.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from spreeze_like.autotune.results import SCHEMA_VERSION, ProbeResults
 
@@ -33,10 +35,15 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text)
 
 
-def cache_path(fingerprint: str, env_id: str, algo: str, hidden_sizes: Sequence[int]) -> Path:
-    """The cache file for this machine, env, algorithm and hidden layer sizes."""
+def cache_path(fingerprint: str, env_id: str, algo: str, hidden_sizes: Sequence[int],
+               env_kwargs: Mapping[str, Any] | None = None) -> Path:
+    """The cache file for this machine, env, algorithm and hidden layer sizes. ``--env-kwargs`` make another env
+    (a step may cost more, observations may be wider): they add a digest of their JSON to the env's part."""
     net = "x".join(str(h) for h in hidden_sizes)
-    return cache_dir() / f"{_safe(fingerprint)}__{_safe(env_id)}__{_safe(algo)}-{net}.json"
+    env = _safe(env_id)
+    if env_kwargs:
+        env += "+" + hashlib.sha256(json.dumps(dict(env_kwargs), sort_keys=True).encode()).hexdigest()[:12]
+    return cache_dir() / f"{_safe(fingerprint)}__{env}__{_safe(algo)}-{net}.json"
 
 
 def load_cached(path: Path) -> ProbeResults | None:

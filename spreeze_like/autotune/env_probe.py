@@ -20,7 +20,8 @@ processes, then the fewest envs each, that make the rate the critic learns from
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -38,11 +39,11 @@ class _DropSink:
         pass
 
 
-def raw_step_rate(env_id: str, budget_s: float) -> Rate:
+def raw_step_rate(env_id: str, budget_s: float, env_kwargs: Mapping[str, Any] | None = None) -> Rate:
     """``env.step`` alone with random actions (reset on episode end)."""
     from spreeze_like.envs import make_env
 
-    env = make_env(env_id)
+    env = make_env(env_id, env_kwargs=env_kwargs)
     try:
         env.reset(seed=0)
         actions = np.random.default_rng(0).uniform(-1, 1, (1024,) + env.action_space.shape).astype(np.float32)
@@ -60,7 +61,8 @@ def raw_step_rate(env_id: str, budget_s: float) -> Rate:
         env.close()
 
 
-def sampler_rate(env_id: str, spec: AlgoSpec, n_envs: int, budget_s: float) -> Rate:
+def sampler_rate(env_id: str, spec: AlgoSpec, n_envs: int, budget_s: float,
+                 env_kwargs: Mapping[str, Any] | None = None) -> Rate:
     """Env steps/s of one sampler process stepping ``n_envs`` envs with batched policy inference."""
     from spreeze_like.algos import make_policy
     from spreeze_like.algos.networks import get_flat
@@ -71,7 +73,7 @@ def sampler_rate(env_id: str, spec: AlgoSpec, n_envs: int, budget_s: float) -> R
     board = LocalBoard()
     board.publish(get_flat([make_policy(spec)]))  # a published policy, so the sampler uses it (no warm-up)
     stats = LocalStatsBlock(stats_schema(1)).role("sampler-0")
-    sampler = SamplerWorker(env_id, spec, 0, n_envs, 0, _DropSink(), board, stats)
+    sampler = SamplerWorker(env_id, spec, 0, n_envs, 0, _DropSink(), board, stats, env_kwargs=env_kwargs)
     try:
         rate = time_rate(sampler.step, budget_s, "steps/s", per_call=n_envs, warmup=3, min_ops=20)
         if sampler.version == 0:  # it would have timed random actions, not policy inference
@@ -87,24 +89,25 @@ def probe_env(
     budget_s: float,
     progress: Callable[[str], None],
     options: Sequence[int] = ENVS_PER_SAMPLER_OPTIONS,
+    env_kwargs: Mapping[str, Any] | None = None,
 ) -> EnvRates:
     """All env figures within about ``budget_s`` seconds (a fifth for the raw step, the rest shared)."""
     import torch
 
     torch.set_num_threads(1)  # the probe worker's setting for this part (samplers act in numpy, one BLAS thread)
     raw_budget = 0.2 * budget_s
-    step = raw_step_rate(env_id, raw_budget)
+    step = raw_step_rate(env_id, raw_budget, env_kwargs)
     progress(f"env {env_id}: env.step alone {step.text()}")
     per_sampler: dict[int, Rate] = {}
     share = (budget_s - raw_budget) / max(1, len(options))
     for n in options:
-        per_sampler[n] = sampler_rate(env_id, spec, n, share)
+        per_sampler[n] = sampler_rate(env_id, spec, n, share, env_kwargs)
         progress(f"env {env_id}: sampler with {n} env(s), batched policy inference: {per_sampler[n].text()}")
     return EnvRates(
         env_id=env_id,
         obs_dim=spec.obs_dim,
         act_dim=spec.act_dim,
         step=step,
-        step_with_policy=per_sampler.get(1) or sampler_rate(env_id, spec, 1, share),
+        step_with_policy=per_sampler.get(1) or sampler_rate(env_id, spec, 1, share, env_kwargs),
         per_sampler=per_sampler,
     )

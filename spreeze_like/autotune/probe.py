@@ -26,8 +26,9 @@ from __future__ import annotations
 import datetime as dt
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from spreeze_like.autotune import cache, hardware
 from spreeze_like.autotune.env_probe import ENVS_PER_SAMPLER_OPTIONS
@@ -86,7 +87,7 @@ def curve_jobs(devices: Sequence[str], hw: Hardware, budget_s: float) -> list[Cu
 
 
 def probe_scaling(env: EnvRates, env_id: str, spec: dict, budget_s: float, cores: int,
-                  progress: Callable[[str], None]) -> None:
+                  progress: Callable[[str], None], env_kwargs: Mapping[str, Any] | None = None) -> None:
     """Fill ``env.parallel``: N sampler processes x K envs each, N up to what a plan may use on ``cores``.
 
     A failure (an env that cannot run in a fresh process, a worker that dies) is reported and
@@ -96,7 +97,7 @@ def probe_scaling(env: EnvRates, env_id: str, spec: dict, budget_s: float, cores
     ks = list(ENVS_PER_SAMPLER_OPTIONS)
     seconds = max(SCALING_MIN_POINT_S, budget_s / (len(counts) * len(ks)))
     try:
-        env.parallel = measure_scaling(env_id, spec, counts, ks, seconds, progress)
+        env.parallel = measure_scaling(env_id, spec, counts, ks, seconds, progress, env_kwargs)
     except SamplerScalingError as exc:
         env.parallel_note = f"the multi-process sampler probe failed: {str(exc).splitlines()[0]}"
         progress(env.parallel_note)
@@ -109,6 +110,7 @@ def probe_machine(
     budget_s: float = DEFAULT_BUDGET_S,
     devices: Sequence[str] | None = None,
     progress: Callable[[str], None] = print,
+    env_kwargs: Mapping[str, Any] | None = None,
 ) -> ProbeResults:
     """Measure this machine for ``env_id``; see the module docstring.
 
@@ -119,6 +121,7 @@ def probe_machine(
         budget_s: measuring time in seconds (start-up of processes comes on top).
         devices: devices to time updates on (default: the CPU and every GPU found).
         progress: receives one line per finished probe.
+        env_kwargs: the run's ``--env-kwargs`` for ``gymnasium.make``.
 
     Raises:
         spreeze_like.errors.EnvError: the env cannot be made.
@@ -130,7 +133,7 @@ def probe_machine(
     if not budget_s >= MIN_BUDGET_S:
         raise ConfigError(f"probe budget {budget_s} s is too small; give at least {MIN_BUDGET_S} s (default "
                           f"{DEFAULT_BUDGET_S:.0f} s)")
-    info = env_info(env_id)  # a bad env fails here, in one line, before anything is spawned
+    info = env_info(env_id, env_kwargs)  # a bad env fails here, in one line, before anything is spawned
     t0 = time.monotonic()
     hw = hardware.probe_hardware()
     gpus = ", ".join(f"{g.device} {g.name} {g.total_memory / 2**30:.0f} GiB" for g in hw.gpus) or f"none ({hw.gpu_note})"
@@ -146,8 +149,8 @@ def probe_machine(
     spec = {"algo": algo, "obs_dim": info.obs_dim, "act_dim": info.act_dim, "hidden_sizes": tuple(hidden_sizes)}
     update_budget = 0.70 * budget_s
     env, curves = run_worker(env_id, spec, 0.15 * budget_s, curve_jobs(devices, hw, update_budget), progress,
-                             hard_timeout_s=3 * budget_s + 180)
-    probe_scaling(env, env_id, spec, 0.08 * budget_s, hw.usable_cores, progress)
+                             hard_timeout_s=3 * budget_s + 180, env_kwargs=env_kwargs)
+    probe_scaling(env, env_id, spec, 0.08 * budget_s, hw.usable_cores, progress, env_kwargs)
     return ProbeResults(
         fingerprint=hardware.fingerprint(),
         created=dt.datetime.now().astimezone().isoformat(timespec="seconds"),
@@ -172,20 +175,21 @@ def load_or_probe(
     budget_s: float = DEFAULT_BUDGET_S,
     reprobe: bool = False,
     progress: Callable[[str], None] = print,
+    env_kwargs: Mapping[str, Any] | None = None,
 ) -> tuple[ProbeResults, Path, bool]:
     """Cached probe results for this machine and env, measuring (and caching) them when needed.
 
     Returns:
         (results, cache file, whether they came from the cache).
     """
-    path = cache.cache_path(hardware.fingerprint(), env_id, algo, hidden_sizes)
+    path = cache.cache_path(hardware.fingerprint(), env_id, algo, hidden_sizes, env_kwargs)
     if not reprobe:
         cached = cache.load_cached(path)
         if cached is not None:
             progress(f"using cached probe results {path} (measured {cached.created}; --reprobe to refresh)")
             return cached, path, True
     progress(f"probing this machine for {env_id} (about {budget_s:.0f} s of measuring; cached in {path.parent})")
-    results = probe_machine(env_id, algo, hidden_sizes, budget_s, progress=progress)
+    results = probe_machine(env_id, algo, hidden_sizes, budget_s, progress=progress, env_kwargs=env_kwargs)
     try:
         cache.save_results(results, path)
     except OSError as exc:  # an unwritable cache costs the next run a re-probe, nothing else

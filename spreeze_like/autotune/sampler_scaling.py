@@ -27,7 +27,7 @@ import multiprocessing as mp
 import os
 import time
 import traceback
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from spreeze_like.autotune.results import Rate
@@ -46,7 +46,8 @@ class _DropSink:
         pass
 
 
-def _worker_main(parent_pid: int, conn: Any, index: int, env_id: str, spec_fields: dict[str, Any]) -> None:
+def _worker_main(parent_pid: int, conn: Any, index: int, env_id: str, spec_fields: dict[str, Any],
+                 env_kwargs: dict[str, Any] | None = None) -> None:
     from spreeze_like.ipc import child_setup
 
     child_setup(parent_pid)
@@ -75,7 +76,7 @@ def _worker_main(parent_pid: int, conn: Any, index: int, env_id: str, spec_field
                 if k != k_built:
                     if sampler is not None:
                         sampler.close()
-                    sampler = SamplerWorker(env_id, spec, index, k, 0, _DropSink(), board, stats)
+                    sampler = SamplerWorker(env_id, spec, index, k, 0, _DropSink(), board, stats, env_kwargs=env_kwargs)
                     k_built = k
                     for _ in range(max(3, 64 // k)):  # first forwards and allocations: not timed
                         sampler.step()
@@ -140,6 +141,7 @@ def measure_scaling(
     envs_per_sampler: Sequence[int],
     seconds: float,
     progress: Callable[[str], None] | None = None,
+    env_kwargs: Mapping[str, Any] | None = None,
 ) -> dict[int, dict[int, Rate]]:
     """Total env steps/s for every (N processes, K envs each); ``{N: {K: Rate}}``.
 
@@ -151,6 +153,7 @@ def measure_scaling(
         envs_per_sampler: the K to measure (each >= 1).
         seconds: timed window per point (building envs and warming up come on top).
         progress: receives one line per point.
+        env_kwargs: the run's ``--env-kwargs`` for ``gymnasium.make``.
 
     Raises:
         SamplerScalingError: a worker raised, died or hung.
@@ -169,7 +172,8 @@ def measure_scaling(
         with child_environment():  # one BLAS thread, as in a run's sampler processes
             for i in range(counts[-1]):
                 parent_end, child_end = ctx.Pipe()
-                proc = ctx.Process(target=_worker_main, args=(os.getpid(), child_end, i, env_id, spec_fields),
+                proc = ctx.Process(target=_worker_main, args=(os.getpid(), child_end, i, env_id, spec_fields,
+                                                              dict(env_kwargs or {})),
                                    name=f"spz-scaling-{i}", daemon=True)
                 proc.start()
                 child_end.close()

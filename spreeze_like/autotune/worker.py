@@ -44,7 +44,7 @@ class ProbeWorkerError(RuntimeError):
 
 
 def _worker_main(parent_pid: int, out: Any, env_id: str, spec_fields: dict[str, Any], env_budget_s: float,
-                 jobs: list[CurveJob]) -> None:
+                 jobs: list[CurveJob], env_kwargs: dict[str, Any] | None = None) -> None:
     from spreeze_like.ipc import child_setup
 
     child_setup(parent_pid)
@@ -57,7 +57,7 @@ def _worker_main(parent_pid: int, out: Any, env_id: str, spec_fields: dict[str, 
             out.put(("progress", line))
 
         spec = AlgoSpec(**spec_fields)
-        env = probe_env(env_id, spec, env_budget_s, progress)
+        env = probe_env(env_id, spec, env_budget_s, progress, env_kwargs=env_kwargs)
         out.put(("env", dataclasses.asdict(env)))
         for job in jobs:
             curve = probe_updates(dataclasses.replace(spec, precision=job.precision), job.device, job.threads, job.budget_s, progress, job.max_batch,
@@ -76,6 +76,7 @@ def run_worker(
     jobs: list[CurveJob],
     progress: Callable[[str], None],
     hard_timeout_s: float,
+    env_kwargs: dict[str, Any] | None = None,
 ) -> tuple[EnvRates, list[UpdateCurve]]:
     """Run the env probe and every curve job in a spawned worker; relay its progress lines.
 
@@ -87,7 +88,8 @@ def run_worker(
     """
     ctx = mp.get_context("spawn")
     out = ctx.Queue()
-    proc = ctx.Process(target=_worker_main, args=(os.getpid(), out, env_id, spec_fields, env_budget_s, jobs),
+    proc = ctx.Process(target=_worker_main, args=(os.getpid(), out, env_id, spec_fields, env_budget_s, jobs,
+                                                  dict(env_kwargs or {})),
                        name="spz-probe-worker", daemon=True)
     env: EnvRates | None = None
     curves: list[UpdateCurve] = []

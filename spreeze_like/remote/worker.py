@@ -112,15 +112,16 @@ class RemoteSampler:
         generation: ``session generation + 1000 x restarts of this sampler``.
         env_steps: env steps this sampler took before (resume and restarts), for the warm-up rule.
         episodes: episodes it finished before.
+        env_kwargs: the run's ``--env-kwargs`` for ``gymnasium.make``.
     """
 
     def __init__(self, env_id: str, spec: AlgoSpec, index: int, n_envs: int, random_steps: int, generation: int,
-                 env_steps: int = 0, episodes: int = 0) -> None:
+                 env_steps: int = 0, episodes: int = 0, env_kwargs: dict[str, Any] | None = None) -> None:
         self._stats = StatDeltas()
         self._sink = RowCollector(TransitionLayout(spec.obs_dim, spec.act_dim).width)
         self._weights = PassedWeights(NumpyPolicy(spec).size)
         self.worker = SamplerWorker(env_id, spec, index, n_envs, random_steps, self._sink, self._weights, self._stats,
-                                    generation=generation)
+                                    generation=generation, env_kwargs=env_kwargs)
         self.worker.env_steps, self.worker.episodes = int(env_steps), int(episodes)
 
     @property

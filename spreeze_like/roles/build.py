@@ -32,7 +32,7 @@ def algo_spec(config: TrainConfig) -> AlgoSpec:
     """
     from spreeze_like.envs import env_info  # here: a learner process never imports gymnasium
 
-    info = env_info(config.env)
+    info = env_info(config.env, config.env_kwargs)
     return AlgoSpec.from_config(config, info.obs_dim, info.act_dim)
 
 
@@ -51,7 +51,8 @@ def sampler(
     # the warm-up is shared by every sampler row, remote ones included (serial mode has no remote rows)
     random_steps = random_steps_per_sampler(config.learning_starts, config.sampler_rows)
     return SamplerWorker(
-        config.env, spec, index, config.envs_per_sampler, random_steps, sink, weights, stats, generation=generation
+        config.env, spec, index, config.envs_per_sampler, random_steps, sink, weights, stats, generation=generation,
+        env_kwargs=config.env_kwargs,
     )
 
 
@@ -114,7 +115,7 @@ def evaluator(config: TrainConfig, spec: AlgoSpec, weights: WeightsSource, stats
     """Role ``evaluator``."""
     from spreeze_like.roles.evaluator import Evaluator
 
-    return Evaluator(config.env, spec, weights, stats, config.eval_episodes)
+    return Evaluator(config.env, spec, weights, stats, config.eval_episodes, env_kwargs=config.env_kwargs)
 
 
 def replay_samplers(config: TrainConfig, storage: Any, tree: Any = None) -> tuple[Any, Any]:

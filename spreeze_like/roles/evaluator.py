@@ -17,7 +17,7 @@ not taken for a hang (review finding 9).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,9 +51,10 @@ class EvalResult:
 class Evaluator:
     """See the module docstring."""
 
-    def __init__(self, env_id: str, spec: AlgoSpec, weights: WeightsSource, stats: StatsWriter, episodes: int) -> None:
+    def __init__(self, env_id: str, spec: AlgoSpec, weights: WeightsSource, stats: StatsWriter, episodes: int,
+                 env_kwargs: Mapping[str, Any] | None = None) -> None:
         self.env_id, self.spec, self.weights, self.stats = env_id, spec, weights, stats
-        self.envs = [make_env(env_id) for _ in range(episodes)]
+        self.envs = [make_env(env_id, env_kwargs=env_kwargs) for _ in range(episodes)]
         limit = self.envs[0].spec.max_episode_steps if self.envs[0].spec is not None else None
         self.max_steps = min(limit or MAX_EVAL_STEPS, MAX_EVAL_STEPS)
         self._obs_shape = self.envs[0].observation_space.shape

@@ -32,6 +32,7 @@ actor vector: a sampler process never imports torch (see that module for why).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
@@ -70,11 +71,12 @@ class SamplerWorker:
         weights: WeightsSource,
         stats: StatsWriter,
         generation: int = 0,
+        env_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         self.env_id, self.spec, self.index, self.random_steps = env_id, spec, index, random_steps
         self.sink, self.weights, self.stats = sink, weights, stats
         self.layout = TransitionLayout(spec.obs_dim, spec.act_dim)
-        self.envs = [make_env(env_id) for _ in range(n_envs)]
+        self.envs = [make_env(env_id, env_kwargs=env_kwargs) for _ in range(n_envs)]
         self._obs_shape = self.envs[0].observation_space.shape  # every observation is checked against it
         self.policy = NumpyPolicy(spec)
         self.version = 0  # board version of the weights in self.policy; 0: none loaded yet (act randomly)

@@ -135,8 +135,8 @@ def fake_probe(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     calls = []
 
-    def fake(env_id, algo, hidden_sizes, budget_s, devices=None, progress=print):
-        calls.append(env_id)
+    def fake(env_id, algo, hidden_sizes, budget_s, devices=None, progress=print, env_kwargs=None):
+        calls.append(env_id if not env_kwargs else (env_id, dict(env_kwargs)))
         results = load(REAL)
         results.schema = SCHEMA_VERSION  # what a fresh probe writes (the recording itself is of schema 2)
         return results
@@ -163,6 +163,11 @@ def test_results_are_cached_per_machine_and_env_and_reprobe_refreshes(fake_probe
     assert fake_probe == ["Pendulum-v1", "HalfCheetah-v5"]
     _, _, cached = probe.load_or_probe("Pendulum-v1", reprobe=True, progress=lambda s: None)
     assert not cached and fake_probe[-1] == "Pendulum-v1" and len(fake_probe) == 3
+    # --env-kwargs make another env: measured with them, and cached in a file of their own
+    _, kw_path, cached = probe.load_or_probe("Pendulum-v1", progress=lambda s: None, env_kwargs={"g": 5.0})
+    assert not cached and fake_probe[-1] == ("Pendulum-v1", {"g": 5.0}) and kw_path != path
+    _, _, cached = probe.load_or_probe("Pendulum-v1", progress=lambda s: None, env_kwargs={"g": 5.0})
+    assert cached and len(fake_probe) == 4
 
 
 @pytest.mark.parametrize("content", ["{not json", json.dumps({"schema": SCHEMA_VERSION - 1})])

@@ -128,7 +128,7 @@ class Clock:
 
 
 def config(**kw: Any) -> SimpleNamespace:
-    base = {"env": "Pendulum-v1", "samplers": 1, "remote_samplers": 2, "envs_per_sampler": 1,
+    base = {"env": "Pendulum-v1", "env_kwargs": {}, "samplers": 1, "remote_samplers": 2, "envs_per_sampler": 1,
             "remote_envs_per_sampler": 0, "remote_batch": 0, "learning_starts": 100, "sampler_hang_s": 60.0,
             "remote_place_timeout_s": 120.0, "max_restarts": 10}
     base.update(kw)

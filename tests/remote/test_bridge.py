@@ -129,6 +129,18 @@ def test_quota_is_exact_and_rows_end_done(shm: Shm) -> None:
     assert snap["ray-bridge"]["done"] == 1.0 and bridge.all_done
 
 
+def test_actors_are_made_with_the_runs_env_kwargs(shm: Shm) -> None:
+    """Each actor's init is what ``RemoteSampler(**init)`` runs on its node: the run's --env-kwargs with it."""
+    import inspect
+
+    from spreeze_like.remote.worker import RemoteSampler
+
+    cluster = FakeCluster(auto=auto)
+    make_bridge(shm, cluster, env_kwargs={"g": 5.0}).start()
+    assert cluster.actors and all(a.init["env_kwargs"] == {"g": 5.0} for a in cluster.actors)
+    inspect.signature(RemoteSampler).bind(**cluster.actors[0].init)  # every key is one of its arguments
+
+
 def test_two_calls_per_actor_and_ring_room_reserved(shm: Shm) -> None:
     shm.set_quota(1, 10**6)
     shm.set_quota(2, 0)  # only sampler-1 works
