@@ -95,6 +95,8 @@ class Curves:
             words.append(str(self.meta["mode"]))
         if self.meta.get("seed") is not None:
             words.append(f"seed {self.meta['seed']}")
+        if self.meta.get("env_kwargs"):  # runs of one env id with other --env-kwargs are other envs
+            words.append(json.dumps(self.meta["env_kwargs"], separators=(",", ":")))
         return " ".join(words)
 
     def train_moving_mean(self, window: int) -> list[tuple[float, int, float]]:

@@ -102,8 +102,11 @@ def scalars_layout(parallel: bool, remote: bool = False) -> dict[str, dict[str, 
 def curves_meta(config: Mapping[str, Any]) -> dict[str, Any]:
     """How ``curves.csv`` names one of our runs."""
     serial = bool(config.get("serial", True))
-    return {"system": "spreeze_like", "mode": "serial" if serial else "parallel", "env": config.get("env"),
+    meta = {"system": "spreeze_like", "mode": "serial" if serial else "parallel", "env": config.get("env"),
             "algo": config.get("algo"), "seed": config.get("seed")}
+    if config.get("env_kwargs"):  # another env under the same id: the curve says so (absent: none)
+        meta["env_kwargs"] = dict(config["env_kwargs"])
+    return meta
 
 
 def _mean(now: Mapping[str, float], before: Mapping[str, float], key: str) -> float | None:

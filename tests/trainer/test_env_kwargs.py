@@ -20,6 +20,7 @@ import pytest
 from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.autotune.cache import cache_path
 from spreeze_like.config import TrainConfig
+from spreeze_like.curves import read_curves
 from spreeze_like.envs import env_info, make_env
 from spreeze_like.errors import ConfigError, EnvError
 from spreeze_like.evaluate import run_episodes
@@ -117,6 +118,8 @@ def test_config_json_keeps_them_and_the_policy_is_scored_on_that_env(short_run):
 
 
 def test_the_samplers_step_that_env(short_run):
+    curves = read_curves(short_run)  # its header names them, and so does a plot's legend
+    assert curves.meta["env_kwargs"] == SHORT and curves.label.endswith('{"max_episode_steps":50}')
     rows = [r for r in csv.DictReader(line for line in (short_run / "curves.csv").open() if not line.startswith("#"))
             if r["kind"] == "train"]
     # one row per finished episode: every 50 env steps (Pendulum's own episodes: 3 rows, every 200)
