@@ -40,7 +40,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from spreeze_like.errors import EnvError
+from spreeze_like.errors import EnvError, describe_exception
 
 # Largest |low| or |high| of an action Box that the [-1, 1] rescaling accepts. Past it the scaling is
 # meaningless: the float32 actions the agent can output land on the env's range in steps of about
@@ -80,21 +80,8 @@ def _import_module(module: str, env: str) -> None:
         ) from None
     except Exception as exc:  # noqa: BLE001 - a SyntaxError or any exception at import is the user's module to fix
         raise EnvError(
-            f"importing module {module!r} for env {env!r} raised {_describe(exc)}; fix the module and retry"
+            f"importing module {module!r} for env {env!r} raised {describe_exception(exc)}; fix the module and retry"
         ) from None
-
-
-def _describe(exc: BaseException) -> str:
-    """``Type at file.py:line: message`` on one line (a SyntaxError's own text already names its line)."""
-    message = " ".join(str(exc).split())
-    where = ""
-    if not isinstance(exc, SyntaxError) and exc.__traceback__ is not None:
-        frame = exc.__traceback__
-        while frame.tb_next is not None:
-            frame = frame.tb_next
-        code = frame.tb_frame.f_code
-        where = f" at {code.co_filename.rsplit('/', 1)[-1]}:{frame.tb_lineno}"
-    return f"{type(exc).__name__}{where}" + (f": {message}" if message else "")
 
 
 def _unregistered_hint(module: str, env_id: str) -> str:
@@ -187,8 +174,8 @@ def make_env(env: str, render_mode: str | None = None, env_kwargs: Mapping[str, 
     except Exception as exc:  # noqa: BLE001 - the env's constructor (user code) raised: say so in one line
         if env_kwargs and isinstance(exc, (TypeError, ValueError)):  # most likely a name or value of the flag
             raise EnvError(f"making env {env!r} with --env-kwargs {json.dumps(dict(env_kwargs))} raised "
-                           f"{_describe(exc)}; check the names and values against the env's constructor") from None
-        raise EnvError(f"making env {env!r} raised {_describe(exc)}; fix the env or pick another") from None
+                           f"{describe_exception(exc)}; check the names and values against the env's constructor") from None
+        raise EnvError(f"making env {env!r} raised {describe_exception(exc)}; fix the env or pick another") from None
     try:
         check_spaces(instance, env)
     except EnvError:

@@ -3,7 +3,9 @@
 Every mistake a user can make (unknown env, bad flag, full /dev/shm, corrupt checkpoint, a
 segment name clash) is raised as a :class:`SpreezeError` with a one-line message that says what
 happened and what to do. The CLI prints ``error: <message>`` and exits with status 2; no
-traceback. Programming errors stay ordinary exceptions so that they keep their traceback.
+traceback. Programming errors stay ordinary exceptions so that they keep their traceback; where a run
+stops on one (an env's step raising in the serial mode, a role dying in the parallel mode), the
+traceback is printed and a :class:`RoleFailedError` line follows it, naming what there is to resume.
 """
 
 from __future__ import annotations
@@ -37,6 +39,13 @@ class CheckpointError(SpreezeError):
     """A checkpoint that is corrupt, missing, or from another env or algorithm."""
 
 
+class RoleFailedError(SpreezeError):
+    """A role died or hung (a learner in the parallel mode, any role's exception in the serial mode): the run
+    ends with its last good checkpoint (exit status 1)."""
+
+    exit_code = 1
+
+
 class NonFiniteError(SpreezeError):
     """A learner saw NaN/inf gradients in too many updates in a row, or holds non-finite weights.
 
@@ -44,3 +53,17 @@ class NonFiniteError(SpreezeError):
     """
 
     exit_code = 1
+
+
+def describe_exception(exc: BaseException) -> str:
+    """``Type at file.py:line: message`` on one line, the line where it was raised (a SyntaxError's own text
+    already names its line): what a one-line error says of an exception in the user's code."""
+    message = " ".join(str(exc).split())
+    where = ""
+    if not isinstance(exc, SyntaxError) and exc.__traceback__ is not None:
+        frame = exc.__traceback__
+        while frame.tb_next is not None:
+            frame = frame.tb_next
+        code = frame.tb_frame.f_code
+        where = f" at {code.co_filename.rsplit('/', 1)[-1]}:{frame.tb_lineno}"
+    return f"{type(exc).__name__}{where}" + (f": {message}" if message else "")

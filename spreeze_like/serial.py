@@ -34,6 +34,7 @@ from __future__ import annotations
 import math
 import signal
 import time
+import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -51,7 +52,7 @@ from spreeze_like.checkpoint import (
     stop_before_training_says_so,
 )
 from spreeze_like.config import TrainConfig
-from spreeze_like.errors import CheckpointError, NonFiniteError
+from spreeze_like.errors import CheckpointError, NonFiniteError, RoleFailedError, SpreezeError, describe_exception
 from spreeze_like.metrics import stats_schema
 from spreeze_like.procs.children import StopSignals
 from spreeze_like.replay.persist import keep_replay, resume_replay
@@ -60,7 +61,7 @@ from spreeze_like.roles import build
 from spreeze_like.roles.monitor import Monitor
 from spreeze_like.roles.ports import LocalBoard, LocalStatsBlock
 from spreeze_like.roles.replay_writer import ReplayWriter
-from spreeze_like.rundir import RunContext, RunFolderError
+from spreeze_like.rundir import RunContext
 from spreeze_like.seeding import seed_process
 from spreeze_like.transition import TransitionLayout
 
@@ -180,9 +181,17 @@ class SerialTrainer:
         except NonFiniteError as exc:
             self.close(check=False)
             raise NonFiniteError(f"{exc}. The run stopped; {self._resume_hint()}") from None
-        except RunFolderError:
+        except SpreezeError:  # one line already (the run folder gone, an env's wrong observation, a full disk ...)
             self.close(check=False)
             raise
+        except Exception as exc:  # noqa: BLE001 - an env raising in step or reset (user code), or a bug: see below
+            # What a parallel run prints when a role dies (its traceback, then one error line naming what there is
+            # to resume), without the restarts: a serial run is one process, and an env whose step raised is not
+            # to be trusted again (docs/reliability.md). No checkpoint is written here, as there.
+            traceback.print_exc()
+            self.close(check=False)
+            raise RoleFailedError(f"the run stopped at {self.env_steps():,} env steps on {describe_exception(exc)} "
+                                  f"(the traceback is above); {self._resume_hint()}") from exc
         finally:
             signals.restore()
         self.close()

@@ -34,7 +34,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from spreeze_like.checkpoint import checkpoint_step, interrupted_line
-from spreeze_like.errors import ShmError, SpreezeError
+from spreeze_like.errors import RoleFailedError, ShmError, SpreezeError
 from spreeze_like.ipc.stats_block import StatsBlock
 from spreeze_like.procs.control import EXIT, FINISH, HALT
 from spreeze_like.procs.descendants import kill_tagged
@@ -54,12 +54,6 @@ if TYPE_CHECKING:
 
 HALT_WAIT_S = 5.0  # Ctrl-C: learners finish the update in hand within this, or the checkpoint is skipped
 JOIN_S = 10.0
-
-
-class RoleFailedError(SpreezeError):
-    """A learner died or hung: the run ends with its last good checkpoint (exit status 1)."""
-
-    exit_code = 1
 
 
 def wait_for(sup: Supervisor, done: Callable[[], bool], timeout_s: float, stop_on_signal: bool = True) -> bool:

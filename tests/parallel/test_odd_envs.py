@@ -98,3 +98,27 @@ def test_the_supervisor_takes_a_childs_error_line_once(tmp_path):
     assert take_error_line(tmp_path, "evaluator") == "env 'X-v0' raised ValueError on reset; fix the env"
     assert not error_file(tmp_path, "evaluator").exists()
     assert take_error_line(tmp_path, "evaluator") == "evaluator failed (its message is above)"
+
+
+def test_an_env_raising_in_step_ends_a_serial_run_with_its_traceback_then_one_line(tmp_path):
+    """A serial run has no sampler process to restart: the env's traceback (where it raised), then one ``error:``
+    line naming the step, the exception and the last good checkpoint, exit status 1; the run then resumes from
+    that checkpoint. Before: the traceback alone, exit status 1, nothing said of what there was to resume."""
+    pythonpath = os.pathsep.join([TESTS_DIR, os.environ.get("PYTHONPATH", "")])
+    crash = {**cli_env(), "PYTHONPATH": pythonpath, "SPZ_TEST_RAISE_ROLE": "MainProcess", "SPZ_TEST_RAISE_AFTER": "250"}
+    args = [sys.executable, "-m", "spreeze_like.run", *TINY_ARGS, "--env", TINY + "TinyFlaky-v0", "--serial",
+            "--total-steps", "400", "--checkpoint-every", "100", "--logdir", str(tmp_path / "runs")]
+    proc = subprocess.run(args, check=False, capture_output=True, text=True, timeout=240, env=crash)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stderr.strip().splitlines()
+    assert "Traceback" in proc.stderr and "tiny_envs.py" in proc.stderr  # the env's frames, above the line
+    assert lines[-1].startswith("error: the run stopped at 250 env steps on RuntimeError at tiny_envs.py:"), lines[-1]
+    assert "simulated simulator crash (every time)" in lines[-1] and "(the traceback is above)" in lines[-1]
+    run_dir = only_run_dir(tmp_path / "runs")
+    assert f"the last good checkpoint is {run_dir / 'checkpoints' / 'ckpt_0000000200.pt'}" in lines[-1]
+    assert sum(line.startswith("error: ") for line in lines) == 1
+    resumed = subprocess.run([sys.executable, "-m", "spreeze_like.run", "--resume", str(run_dir), "--env",
+                              TINY + "TinyFlaky-v0"], check=False, capture_output=True, text=True, timeout=240,
+                             env={**cli_env(), "PYTHONPATH": pythonpath})
+    assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
+    assert "after 400 env steps" in resumed.stdout
