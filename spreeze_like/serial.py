@@ -184,7 +184,7 @@ class SerialTrainer:
         except SpreezeError:  # one line already (the run folder gone, an env's wrong observation, a full disk ...)
             self.close(check=False)
             raise
-        except Exception as exc:  # noqa: BLE001 - an env raising in step or reset (user code), or a bug: see below
+        except Exception as exc:  # an env raising in step or reset (user code), or a bug: see below
             # What a parallel run prints when a role dies (its traceback, then one error line naming what there is
             # to resume), without the restarts: a serial run is one process, and an env whose step raised is not
             # to be trusted again (docs/reliability.md). No checkpoint is written here, as there.

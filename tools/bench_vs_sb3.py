@@ -78,11 +78,12 @@ if TOOLS_DIR not in sys.path:  # the peers_* modules beside this file; our spawn
     sys.path.insert(0, TOOLS_DIR)
 
 from peers_ours import ours_config, ours_device, run_ours
-from peers_record import BASE_ENV_VAR, RunRecord
+from peers_record import BASE_ENV_KWARGS_VAR, BASE_ENV_VAR, RunRecord
 from peers_report import REPORT_SETTINGS, load_results, report, results_json, settings_of
 from peers_runners import PEERS, run_peer, run_peer_child
 
 from spreeze_like.autotune.hardware import cpu_model, driver_gpu_models, usable_cores
+from spreeze_like.config_fields import json_object
 from spreeze_like.errors import ConfigError, SpreezeError
 from spreeze_like.rundir import write_text_atomic
 
@@ -163,10 +164,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="run nothing: report again from these --json files (finished or cut short), each "
                         "seed's runs from the last file holding that seed; --json, --curves-dir and --fixed-wall "
                         "apply to that report")
+    parser.add_argument("--env-kwargs", type=json_object, default={}, metavar="JSON",
+                        help="keyword arguments of gymnasium.make for every env of every run, ours and the peers', "
+                        "training and evaluation (our --env-kwargs), e.g. '{\"ctrl_cost_weight\": 0.05}'")
     parser.add_argument("--set", nargs="*", default=[],
                         type=lambda s: (s.split("=", 1)[0], json.loads(s.split("=", 1)[1])),
                         help="extra TrainConfig fields for ours, key=json")
     args = parser.parse_args(argv)
+    if any(key == "env_kwargs" for key, _ in args.set):
+        raise ConfigError("--set env_kwargs=... would reach ours only: give --env-kwargs, which every run gets")
     d_train, d_eval, d_starts, d_lr, d_total, d_every = ENV_DEFAULTS.get(args.env, FALLBACK_DEFAULTS)
     args.threshold_train = d_train if args.threshold_train is None else args.threshold_train
     args.threshold_eval = d_eval if args.threshold_eval is None else args.threshold_eval
@@ -220,6 +226,7 @@ def main(argv: list[str] | None = None) -> dict:
         return report_again(args)
     modes = ([False] if args.parallel or not args.serial else []) + ([True] if args.serial else [])
     os.environ[BASE_ENV_VAR] = args.env
+    os.environ[BASE_ENV_KWARGS_VAR] = json.dumps(args.env_kwargs)  # every side's recorded env (peers_record.py)
     # our spawned samplers and the peers' children import the peers_* modules by name
     os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [TOOLS_DIR, os.environ.get("PYTHONPATH")]))
     scratch = Path(tempfile.mkdtemp(prefix="spz_bench_vs_sb3_"))
@@ -235,7 +242,8 @@ def main(argv: list[str] | None = None) -> dict:
         peer_devices = {peer: run_peer_child(args, peer, "probe", 0, scratch)["device"] for peer in args.peers}
         print(f"load average before: {load_line()}   cores {os.cpu_count()}   torch default threads "
               f"{torch.get_num_threads()}; ours 1 per process; peers {args.sb3_threads or torch.get_num_threads()}")
-        print(f"{args.env}: {args.total_steps} env steps, learning_starts {args.learning_starts}, eval every "
+        made_with = f" (--env-kwargs {json.dumps(args.env_kwargs)})" if args.env_kwargs else ""
+        print(f"{args.env}{made_with}: {args.total_steps} env steps, learning_starts {args.learning_starts}, eval every "
               f"{args.eval_every} x {args.eval_episodes} episodes, peers' lr {args.sb3_lr:g}, seeds {args.seeds}")
         for serial, device in ours_devices.items():
             print(f"  ours-{'serial' if serial else 'parallel'} on {device}")

@@ -1,7 +1,8 @@
 """The benchmark's one definition of an episode, for ours and every peer of ``tools/bench_vs_sb3.py``.
 
 Every side trains on the env id ``peers_record:SpzBench/Recorded-v0``: the base env (named by
-``SPZ_BENCH_BASE_ENV``) inside :class:`EpisodeRecorder`, which appends every finished episode (end
+``SPZ_BENCH_BASE_ENV``, made with the ``gymnasium.make`` keyword arguments of ``SPZ_BENCH_BASE_ENV_KWARGS``,
+a JSON object: the benchmark's ``--env-kwargs``) inside :class:`EpisodeRecorder`, which appends every finished episode (end
 wall time, return, length) to a CSV file of its own in the folder named by ``SPZ_BENCH_EPISODE_DIR``.
 Our samplers and evaluator make it through the ``module:EnvId`` entry point (this module is imported
 by name in our spawned processes: the benchmark puts ``tools/`` on ``PYTHONPATH``), the peers through
@@ -19,6 +20,7 @@ reads a run's training episodes back from its folder.
 from __future__ import annotations
 
 import csv
+import json
 import math
 import os
 import sys
@@ -33,6 +35,9 @@ from spreeze_like.envs import filter_known_mujoco_warnings
 
 EPISODE_DIR_VAR = "SPZ_BENCH_EPISODE_DIR"
 BASE_ENV_VAR = "SPZ_BENCH_BASE_ENV"
+# Why the base env's kwargs travel here and not through gym.make(RECORDED_ID, **kwargs): gym.make keeps
+# max_episode_steps for its own TimeLimit around the recorder, which would then never see an episode end.
+BASE_ENV_KWARGS_VAR = "SPZ_BENCH_BASE_ENV_KWARGS"
 RECORDED_ID = "SpzBench/Recorded-v0"
 MODULE = "peers_record"  # the module part of our ``module:EnvId``: this file, importable from tools/
 
@@ -77,7 +82,8 @@ def _made_by_evaluator() -> bool:
 
 def make_recorded(**kwargs) -> gym.Env:
     filter_known_mujoco_warnings(os.environ[BASE_ENV_VAR])  # as spreeze_like's make_env does for the base id
-    env = gym.make(os.environ[BASE_ENV_VAR], **kwargs)
+    base_kwargs = json.loads(os.environ.get(BASE_ENV_KWARGS_VAR) or "{}")
+    env = gym.make(os.environ[BASE_ENV_VAR], **{**base_kwargs, **kwargs})
     out_dir = os.environ.get(EPISODE_DIR_VAR)
     if not out_dir:
         return env

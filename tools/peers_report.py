@@ -45,8 +45,10 @@ REPORT_SETTINGS = (*SAME_IN_EVERY_FILE, "eval_episodes")
 
 
 def settings_of(args: argparse.Namespace, machine: str) -> dict[str, Any]:
-    """The ``settings`` a --json file keeps: what its runs are reported against, and the machine in words."""
-    return {**{k: getattr(args, k) for k in REPORT_SETTINGS}, "machine": machine}
+    """The ``settings`` a --json file keeps: what its runs are reported against, its ``--env-kwargs`` and the
+    machine in words."""
+    return {**{k: getattr(args, k) for k in REPORT_SETTINGS}, "env_kwargs": dict(getattr(args, "env_kwargs", {})),
+            "machine": machine}
 
 
 def results_json(records: list[RunRecord], settings: dict[str, Any], figures: dict | None = None) -> str:
@@ -86,6 +88,8 @@ def load_results(paths: list[str]) -> tuple[list[RunRecord], dict[str, Any], lis
                               f"of this benchmark as it wrote them")
         first = first or settings
         differ = [k for k in SAME_IN_EVERY_FILE if settings.get(k) != first.get(k)]
+        if (settings.get("env_kwargs") or {}) != (first.get("env_kwargs") or {}):  # a file from before it: none
+            differ.append("env_kwargs")
         if differ:
             raise ConfigError(f"--report {path}: its {', '.join(differ)} differ from {paths[0]}'s "
                               f"({', '.join(f'{k} {settings.get(k)} vs {first.get(k)}' for k in differ)}); "

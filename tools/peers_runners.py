@@ -205,7 +205,7 @@ def train_peer(args: argparse.Namespace, peer: Peer, seed: int, folder: Path) ->
         """Wall time t with the evaluation time spent before t taken out."""
         return t - sum(min(e, t) - s for s, e in excluded if s < t)
 
-    eval_env = gym.make(args.env)
+    eval_env = gym.make(args.env, **args.env_kwargs)
 
     class Bench(BaseCallback):
         def __init__(self) -> None:

@@ -181,3 +181,23 @@ def test_evaluation_rounds_get_the_steps_of_their_own_evaluations_in_order() -> 
     assert eval_steps([-1500.0, -141.90, -141.95, -141.91], known) == [1000, 2000, 3000, 4000]
     # a round the run's list lacks (interrupted before it was stored) gets -1 and does not shift the others
     assert eval_steps([-1500.0, -600.0, -141.90], known) == [1000, -1, 2000]
+
+
+def test_env_kwargs_reach_every_side(tmp_path: Path) -> None:
+    """``--env-kwargs`` make every side's env (Pendulum's episodes cut to 100 steps): the shared recorder counts
+    6 training episodes in 600 env steps for ours, and for SB3 where the bench extra is installed (3 without
+    the kwargs: check_rows above). ``--set env_kwargs=`` would reach ours alone and is refused."""
+    peers = [] if importlib.util.find_spec("stable_baselines3") is None else ["--peers", "sb3"]
+    out = tmp_path / "figures.json"
+    proc = run_bench(SMALLEST + ["--skip-sbx", "--device", "cpu", "--peer-device", "cpu", "--json", str(out),
+                                 "--no-png", "--env-kwargs", '{"max_episode_steps": 100}']
+                     + (peers or ["--skip-sb3"]))
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert 'Pendulum-v1 (--env-kwargs {"max_episode_steps": 100})' in proc.stdout
+    figures = json.loads(out.read_text())
+    assert set(figures["rows"]) == {"ours-serial"} | ({"sb3"} if peers else set())
+    for name, per_seed in figures["rows"].items():
+        assert per_seed["1"]["episodes"] == 6, name
+    assert figures["settings"]["env_kwargs"] == {"max_episode_steps": 100}
+    refused = run_bench(SMALLEST + ["--set", 'env_kwargs={"g": 5.0}'], timeout=120)
+    assert refused.returncode == 2 and "give --env-kwargs" in refused.stderr.strip().splitlines()[-1]
