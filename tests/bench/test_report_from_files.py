@@ -128,6 +128,19 @@ def test_files_of_other_thresholds_are_refused_in_one_line(tmp_path, monkeypatch
         proc.stderr.count("\n") == 1
 
 
+def test_files_made_with_other_env_kwargs_are_refused(tmp_path, monkeypatch) -> None:
+    """A file from before --env-kwargs (no key) counts as made with none: it mixes with ``{}``, not with others."""
+    first, second = two_calls(tmp_path, monkeypatch)
+    data = json.loads(second.read_text())
+    data["settings"].pop("env_kwargs", None)
+    second.write_text(json.dumps(data))
+    assert len(load_results([str(first), str(second)])[0]) == 6
+    data["settings"]["env_kwargs"] = {"max_episode_steps": 100}
+    second.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="its env_kwargs differ"):
+        load_results([str(first), str(second)])
+
+
 @pytest.mark.parametrize("text", [None, "{not json", '{"rows": {}, "ratios": {}}', '[1, 2]',
                                   '{"partial": [], "settings": {"env": "Pendulum-v1"}}',
                                   ('{"partial": [{"nom": "x"}], "settings": {"env": "Pendulum-v1", "threshold_train": 0, '
