@@ -31,12 +31,14 @@ from spreeze_like.errors import ConfigError
 def build_parser() -> argparse.ArgumentParser:
     from spreeze_like.autotune.probe import DEFAULT_BUDGET_S
     from spreeze_like.config import ALGOS, DEFAULT_ENV_ID
-    from spreeze_like.config_fields import OneLineParser
+    from spreeze_like.config_fields import OneLineParser, json_object
 
     p = OneLineParser(prog="python -m spreeze_like.profile",
                       description="Measure this machine for spreeze_like: report, JSON, TensorBoard curves.")
     p.add_argument("--env", default=DEFAULT_ENV_ID,
                    help=f"gymnasium env id (or module:EnvId) to measure (default: {DEFAULT_ENV_ID})")
+    p.add_argument("--env-kwargs", type=json_object, default={}, metavar="JSON",
+                   help="keyword arguments of gymnasium.make, as a run's --env-kwargs (its probe cache is their own)")
     p.add_argument("--algo", default=None, choices=ALGOS,
                    help="algorithm whose updates are timed (default: the env's, as a run without --algo gets it)")
     p.add_argument("--hidden-sizes", type=int, nargs="+", default=None, metavar="N",
@@ -70,7 +72,8 @@ def _output_dir(logdir: str) -> Path:
     raise ConfigError(f"too many profile folders under {base} this second; retry")
 
 
-def run_settings(env: str, algo: str | None, hidden_sizes: list[int] | None) -> tuple[Any, set[str]]:
+def run_settings(env: str, algo: str | None, hidden_sizes: list[int] | None,
+                 env_kwargs: dict[str, Any] | None = None) -> tuple[Any, set[str]]:
     """The settings a default run on ``env`` gets (its algorithm and preset laid under what was given here),
     and the names set by a flag here or by a preset (the plan keeps those, as in a run).
 
@@ -82,11 +85,13 @@ def run_settings(env: str, algo: str | None, hidden_sizes: list[int] | None) -> 
     from spreeze_like.layering import lay_presets
 
     given: dict[str, Any] = {"env": env}
+    if env_kwargs:
+        given["env_kwargs"] = dict(env_kwargs)
     if algo is not None:
         given["algo"] = algo
     if hidden_sizes is not None:
         given["hidden_sizes"] = tuple(hidden_sizes)
-    config, sources = lay_presets(TrainConfig(**given), dict.fromkeys(given, "flag"))
+    config, sources = lay_presets(TrainConfig(**given).validate(), dict.fromkeys(given, "flag"))
     return config, set(sources)
 
 
@@ -107,16 +112,16 @@ def profile(args: argparse.Namespace, progress: Any) -> int:
     from spreeze_like.autotune.probe import probe_machine
     from spreeze_like.autotune.report import report_text, write_tensorboard
 
-    settings, kept = run_settings(args.env, args.algo, args.hidden_sizes)
+    settings, kept = run_settings(args.env, args.algo, args.hidden_sizes, args.env_kwargs)
     algo, hidden = settings.algo, list(settings.hidden_sizes)
-    path = cache.cache_path(hardware.fingerprint(), args.env, algo, hidden)
+    path = cache.cache_path(hardware.fingerprint(), args.env, algo, hidden, args.env_kwargs)
     if args.cached:
         results = cache.load_cached(path)
         if results is None:
             raise ConfigError(f"no cached probe results for {args.env} on this machine ({path}); "
                               "run without --cached to measure")
     else:
-        results = probe_machine(args.env, algo, hidden, args.budget, args.devices, progress)
+        results = probe_machine(args.env, algo, hidden, args.budget, args.devices, progress, args.env_kwargs)
         try:
             cache.save_results(results, path)
         except OSError as exc:

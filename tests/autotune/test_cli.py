@@ -132,6 +132,10 @@ def test_run_bad_input_is_one_line_and_exit_2(tmp_path, args, fragments):
 @pytest.mark.parametrize("args, fragments", [
     (["--budget", "0.1"], ["too small"]),
     (["--env", "NoSuchEnv-v0"], ["cannot make env"]),
+    (["--env-kwargs", '{"gravity_typo": 1}'], ["--env-kwargs", "gravity_typo"]),  # the probe makes the env with them
+    (["--env-kwargs", '{"render_mode": "human"}'], ["--env-kwargs", "renders nothing"]),
+    (["--env-kwargs", "[1]"], ["--env-kwargs", "not a JSON object"]),
+    (["--cached", "--env-kwargs", '{"g": 5.0}'], ["no cached probe results", "Pendulum-v1+"]),  # their own file
 ])
 def test_profile_bad_input_is_one_line_and_exit_2(tmp_path, args, fragments):
     proc = run_module("spreeze_like.profile", *args, "--logdir", str(tmp_path), xdg=tmp_path / "xdg")
