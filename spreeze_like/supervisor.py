@@ -315,7 +315,7 @@ class Supervisor:
         self._write_status()
 
     def _on_death(self, child: RoleProcess, now: float) -> None:
-        how = describe_exit(child.last_exit)
+        how = describe_exit(child.last_exit) + child.report_traceback()
         if child.last_exit == EXIT_USER_ERROR:  # a one-line user error (bad checkpoint, env raising on reset)
             self.user_error = self.failure = take_error_line(self.run_dir, child.role)
         elif child.last_exit == EXIT_ROLE_ERROR:  # a training failure the child explained (NaN/inf in a learner)

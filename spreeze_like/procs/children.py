@@ -21,13 +21,14 @@ import contextlib
 import multiprocessing.resource_tracker
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from multiprocessing.context import BaseContext
 from typing import Any
 
-from spreeze_like.procs.control import ChildArgs, child_main
+from spreeze_like.procs.control import ChildArgs, child_main, take_traceback
 from spreeze_like.procs.descendants import TAG_VAR, kill_tagged, role_tag
 from spreeze_like.procs.pacing import backoff_s
 
@@ -128,10 +129,29 @@ class RoleProcess:
         self.restart_at: float | None = None
         self.last_exit: int | None = None
         self.death_handled = False
+        self.last_traceback = ""  # the last traceback printed for this role (a repeat is not printed again)
+        self.run_dir = ""  # where its processes leave their tracebacks (ChildArgs.run_dir, read at start)
+
+    def report_traceback(self) -> str:
+        """Print the traceback the process left on its death (stderr), unless it is the one printed last for this
+        role; then return what the death's line adds instead (""; or the repeated exception, in one line).
+
+        Why: an env that raises at every start printed its whole traceback once per restart, a wall of them
+        (--max-restarts 10: eleven); the author of the env needs it once, and a count of the repeats.
+        """
+        text = take_traceback(self.run_dir, self.role) if self.run_dir else ""
+        if not text:
+            return ""
+        if text == self.last_traceback:
+            return f"; again {text.strip().splitlines()[-1]}, the traceback above"
+        self.last_traceback = text
+        print(f"[spreeze] {self.role} (pid {self.pid}) raised:\n{text}", end="", file=sys.stderr, flush=True)
+        return ""
 
     # --- lifecycle -----------------------------------------------------------------------------------
     def start(self) -> None:
         args = self.make_args(self.restarts)
+        self.run_dir = str(args.run_dir)
         process = self.ctx.Process(target=child_main, args=(self.module, args), name=self.role, daemon=True)
         # multiprocessing starts its resource tracker at the first spawn, with the environment of the
         # moment: started here, before the tag is set, it is never taken for a role's leftover
@@ -213,6 +233,7 @@ class RoleProcess:
         if not self.death_handled and not self.process.is_alive():
             self.last_exit = self.process.exitcode
             self.death_handled = True
+            self.report_traceback()  # a role that raised as the run ended: its traceback, as for any death
         self._kill_leftovers()
 
     def state(self) -> str:

@@ -38,6 +38,7 @@ import os
 import signal
 import sys
 import time
+import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -243,6 +244,22 @@ def take_error_line(run_dir: str | Path, role: str) -> str:
     return said or f"{role} failed (its message is above)"
 
 
+def traceback_file(run_dir: str | Path, role: str) -> Path:
+    """Where a child leaves the traceback of the exception it died of, for the supervisor to print once."""
+    return Path(run_dir) / f".traceback.{role}.txt"
+
+
+def take_traceback(run_dir: str | Path, role: str) -> str:
+    """The supervisor's side of :func:`traceback_file`: the text a dead child left ("" if none), the file removed."""
+    path = traceback_file(run_dir, role)
+    try:
+        text = path.read_text()
+    except OSError:
+        text = ""
+    path.unlink(missing_ok=True)
+    return text
+
+
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
     raise SystemExit(128 + signum)
 
@@ -281,6 +298,15 @@ def child_main(module: str, args: ChildArgs) -> None:
             print(f"[spreeze] {args.role}: {line}", file=sys.stderr, flush=True)
             path.unlink(missing_ok=True)  # created but empty
         _fast_exit(EXIT_USER_ERROR if exc.exit_code == SpreezeError.exit_code else EXIT_ROLE_ERROR)
+    except Exception:  # noqa: BLE001 - the user's env code or a bug: the supervisor prints its traceback once
+        text = traceback.format_exc()
+        path = traceback_file(args.run_dir, args.role)
+        try:
+            path.write_text(text)
+        except OSError:  # a full disk or a run folder gone: printed here, as Python would have
+            print(f"Process {args.role}:\n{text}", end="", file=sys.stderr, flush=True)
+            path.unlink(missing_ok=True)
+        _fast_exit(1)  # what an uncaught exception in a multiprocessing child exits with
     _fast_exit(0)
 
 

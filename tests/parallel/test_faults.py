@@ -94,7 +94,13 @@ def test_an_env_that_raises_every_time_ends_the_run_within_its_restart_budget(tm
     run_dir = only_run_dir(tmp_path / "runs")
     # it failed before its first checkpoint: --resume would refuse the folder, so the line does not offer it
     assert f"no checkpoint was written, so {run_dir} holds nothing to resume: start the run again" in lines[0]
-    assert proc.stderr.count("simulated simulator crash (every time)") >= 3
+    # the env's traceback once, for its author; each repeat of it is named in its death's line (before
+    # 2026-11-28 every death printed the whole traceback again: three here, eleven at the default budget)
+    assert proc.stderr.count("Traceback (most recent call last)") == 1, proc.stderr[-3000:]
+    assert "tiny_envs.py" in proc.stderr and "[spreeze] sampler-0 (pid" in proc.stderr
+    repeat = "again RuntimeError: simulated simulator crash (every time), the traceback above"
+    assert repeat in lines[0] and proc.stdout.count(repeat) == 1, proc.stdout[-3000:]  # death 2 (restarted), 3 (final)
+    assert not list(run_dir.glob(".traceback.*")), "the supervisor takes each traceback file it prints"
     status = read_status(run_dir)
     assert status["state"] == "failed" and status["roles"]["sampler-0"]["restarts"] == 2
     assert_nothing_left(run_dir)
