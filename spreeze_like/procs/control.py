@@ -33,6 +33,7 @@ no process: if it crashes, only its own mapping goes; the supervisor decides wha
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import signal
@@ -285,6 +286,9 @@ def child_main(module: str, args: ChildArgs) -> None:
     else:  # samplers, evaluator and monitor never import torch (numpy policy, tensorboard writer); if a
         os.environ["OMP_NUM_THREADS"] = "1"  # user's env module does, it gets one thread, read at its import
     _lower_priority(args.role)
+    # one left by a session whose supervisor was killed before it read it is not this process's
+    with contextlib.suppress(OSError):
+        traceback_file(args.run_dir, args.role).unlink(missing_ok=True)
     try:
         body = importlib.import_module(module if "." in module else f"spreeze_like.procs.{module}")
         _startup["t_imported"] = time.monotonic()
