@@ -38,8 +38,8 @@ def typed_value(tp: Any, value: Any) -> tuple[bool, Any]:
     """Whether ``value`` (from JSON or TOML) is of the field type ``tp``, and the value as the field holds it.
 
     ``tp`` is bool, int, float, str, a tuple of whole numbers (``tuple`` or ``tuple[int, ...]``:
-    a JSON or TOML array), or a dict (a JSON object or TOML table). A bool is not a number here, an int is a float (converted), and an array
-    becomes a tuple. Any other type is taken as it is (the config's own checks follow).
+    a JSON or TOML array), or a dict (a JSON object or TOML table). A bool is not a number here, an int
+    is a float (converted), and an array becomes a tuple. Any other type is taken as it is (the config's own checks follow).
     """
     if tp is bool:
         return isinstance(value, bool), value

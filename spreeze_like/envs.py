@@ -174,7 +174,8 @@ def make_env(env: str, render_mode: str | None = None, env_kwargs: Mapping[str, 
     except Exception as exc:  # noqa: BLE001 - the env's constructor (user code) raised: say so in one line
         if env_kwargs and isinstance(exc, (TypeError, ValueError)):  # most likely a name or value of the flag
             raise EnvError(f"making env {env!r} with --env-kwargs {json.dumps(dict(env_kwargs))} raised "
-                           f"{describe_exception(exc)}; check the names and values against the env's constructor") from None
+                           f"{describe_exception(exc)}; check the names and values against the env's "
+                           "constructor") from None
         raise EnvError(f"making env {env!r} raised {describe_exception(exc)}; fix the env or pick another") from None
     try:
         check_spaces(instance, env)

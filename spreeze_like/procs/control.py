@@ -236,13 +236,7 @@ def error_file(run_dir: str | Path, role: str) -> Path:
 def take_error_line(run_dir: str | Path, role: str) -> str:
     """The supervisor's side of :func:`error_file`: the line a dead child left (the file removed once
     read), or a generic line where it could write none (a full disk: it printed the line instead)."""
-    path = error_file(run_dir, role)
-    try:
-        said = path.read_text().strip()
-    except OSError:
-        said = ""
-    path.unlink(missing_ok=True)
-    return said or f"{role} failed (its message is above)"
+    return _take_text(error_file(run_dir, role)).strip() or f"{role} failed (its message is above)"
 
 
 def traceback_file(run_dir: str | Path, role: str) -> Path:
@@ -252,13 +246,27 @@ def traceback_file(run_dir: str | Path, role: str) -> Path:
 
 def take_traceback(run_dir: str | Path, role: str) -> str:
     """The supervisor's side of :func:`traceback_file`: the text a dead child left ("" if none), the file removed."""
-    path = traceback_file(run_dir, role)
+    return _take_text(traceback_file(run_dir, role))
+
+
+def _take_text(path: Path) -> str:
+    """A file's text ("" if it cannot be read), the file removed: what a dead child left for the supervisor."""
     try:
         text = path.read_text()
     except OSError:
         text = ""
     path.unlink(missing_ok=True)
     return text
+
+
+def _leave_text(path: Path, text: str, shown: str) -> None:
+    """A dying child's side of :func:`_take_text`: ``text`` into ``path``; where that fails (a full disk, which the
+    error may well be; a run folder gone), ``shown`` goes to stderr instead, above the supervisor's lines."""
+    try:
+        path.write_text(text)
+    except OSError:
+        print(shown, end="", file=sys.stderr, flush=True)
+        path.unlink(missing_ok=True)  # created but empty
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
@@ -295,21 +303,11 @@ def child_main(module: str, args: ChildArgs) -> None:
         body.run(args)
     except SpreezeError as exc:
         line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        path = error_file(args.run_dir, args.role)
-        try:
-            path.write_text(line)
-        except OSError:  # a full disk (the error may well be that): the line goes to stderr, above the supervisor's
-            print(f"[spreeze] {args.role}: {line}", file=sys.stderr, flush=True)
-            path.unlink(missing_ok=True)  # created but empty
+        _leave_text(error_file(args.run_dir, args.role), line, f"[spreeze] {args.role}: {line}\n")
         _fast_exit(EXIT_USER_ERROR if exc.exit_code == SpreezeError.exit_code else EXIT_ROLE_ERROR)
     except Exception:  # noqa: BLE001 - the user's env code or a bug: the supervisor prints its traceback once
         text = traceback.format_exc()
-        path = traceback_file(args.run_dir, args.role)
-        try:
-            path.write_text(text)
-        except OSError:  # a full disk or a run folder gone: printed here, as Python would have
-            print(f"Process {args.role}:\n{text}", end="", file=sys.stderr, flush=True)
-            path.unlink(missing_ok=True)
+        _leave_text(traceback_file(args.run_dir, args.role), text, f"Process {args.role}:\n{text}")  # as Python would
         _fast_exit(1)  # what an uncaught exception in a multiprocessing child exits with
     _fast_exit(0)
 
