@@ -7,14 +7,17 @@ do: an unknown id (or a class name where a registered id belongs), a missing mod
 module that fails to import for any other reason (a SyntaxError, an exception at import), a constructor
 that raises, a non-Box action space (we train continuous-action agents only), an action Box that cannot
 be rescaled (integer or boolean dtype, low == high in a dimension, bounds non-finite or beyond
-:data:`MAX_ACTION_BOUND`), a non-Box observation space, an env that raises on reset, and an observation
-from ``reset`` or ``step`` whose shape is not the declared one or whose dtype is not a real number.
+:data:`MAX_ACTION_BOUND`), an observation space that cannot be flattened to a fixed-size vector (a Text,
+Graph or Sequence part), an env that raises on reset, and an observation from ``reset`` or ``step`` whose
+shape is not the declared one or whose dtype is not a real number.
 
 Actions: every agent acts in ``[-1, 1]^act_dim`` (tanh-squashed or clipped) and the env is wrapped
 in ``RescaleAction`` so the env sees its own bounds. Replay therefore stores normalised actions,
 which keeps the learning rates meaningful across envs.
 
-Observations: a Box of any shape; samplers flatten it to ``obs_dim = prod(shape)`` float32. Every
+Observations: a Box of any shape; samplers flatten it to ``obs_dim = prod(shape)`` float32. A Dict or
+Tuple space (goal-conditioned envs), or a Discrete-like one, is wrapped in
+:class:`~spreeze_like.structured_obs.FlatObservation` here, so everything downstream sees a flat Box. Every
 observation that enters a sampler or the evaluator goes through :func:`obs_vector`, which refuses one of
 another shape: numpy would otherwise broadcast a size-1 observation across the whole row and store it in
 replay. Its dtype only has to be a real number (bool, int, float): float32 is what is stored whatever the
@@ -41,6 +44,14 @@ import gymnasium as gym
 import numpy as np
 
 from spreeze_like.errors import EnvError, describe_exception
+from spreeze_like.structured_obs import (
+    REAL_KINDS,
+    FlatObservation,
+    describe,
+    needs_flattening,
+    structured_space_of,
+    unflattenable_part,
+)
 
 # Largest |low| or |high| of an action Box that the [-1, 1] rescaling accepts. Past it the scaling is
 # meaningless: the float32 actions the agent can output land on the env's range in steps of about
@@ -50,8 +61,6 @@ from spreeze_like.errors import EnvError, describe_exception
 # needs the real actuator range. docs/reliability.md, "Odd envs", has the measurement.
 MAX_ACTION_BOUND = 1e6
 
-# numpy dtype kinds that a float32 replay row can hold: bool, signed and unsigned int, float.
-_REAL_KINDS = "biuf"
 
 
 @dataclass(frozen=True)
@@ -62,6 +71,7 @@ class EnvInfo:
     obs_dim: int
     act_dim: int
     max_episode_steps: int | None
+    structured_obs_space: gym.Space | None = None  # the env's own Dict, Tuple, ... space that make_env flattened
 
 
 def _split_entry_point(env: str) -> tuple[str | None, str]:
@@ -182,6 +192,8 @@ def make_env(env: str, render_mode: str | None = None, env_kwargs: Mapping[str, 
     except EnvError:
         instance.close()
         raise
+    if needs_flattening(instance.observation_space):
+        instance = FlatObservation(instance, env)
     low, high = instance.action_space.low, instance.action_space.high
     if not (np.all(low == -1.0) and np.all(high == 1.0)):
         shape = instance.action_space.shape
@@ -222,10 +234,14 @@ def check_spaces(env: gym.Env, name: str) -> None:
             "the range the actuators really have, or rescale inside the env from a [-1, 1] Box"
         )
     obs = env.observation_space
-    if not isinstance(obs, gym.spaces.Box):
+    if isinstance(obs, gym.spaces.Box):
+        return
+    part = unflattenable_part(obs) if needs_flattening(obs) else f"observation (a {type(obs).__name__} space)"
+    if part:
         raise EnvError(
-            f"{name} has a {type(obs).__name__} observation space; wrap it in "
-            "gymnasium.wrappers.FlattenObservation (or register a flattened variant) and pass that id"
+            f"{name}'s observation space {describe(obs)} has a part that cannot be flattened into a fixed-size vector: {part}; "
+            "spreeze_like's agents take one vector: drop or encode that part in a wrapper (a Box of numbers) and "
+            "register the wrapped env"
         )
 
 
@@ -239,6 +255,7 @@ def env_info(env: str, env_kwargs: Mapping[str, Any] | None = None) -> EnvInfo:
             obs_dim=int(np.prod(instance.observation_space.shape)),
             act_dim=int(instance.action_space.shape[0]),
             max_episode_steps=limit,
+            structured_obs_space=structured_space_of(instance),
         )
     finally:
         instance.close()
@@ -249,6 +266,8 @@ def reset_env(env: gym.Env, name: str, seed: int | None = None) -> np.ndarray:
     match its declared Box, becomes an EnvError."""
     try:
         obs, _ = env.reset(seed=seed)
+    except EnvError:  # a structured observation that does not fit its space (structured_obs): already one line
+        raise
     except Exception as exc:  # noqa: BLE001 - any failure of user env code is reported the same way
         raise EnvError(
             f"env {name!r} raised {type(exc).__name__} on reset: {exc}; fix the env or pick another"
@@ -266,7 +285,7 @@ def obs_vector(obs: Any, shape: tuple[int, ...], name: str, method: str) -> np.n
         array = np.asarray(obs)
     except ValueError:  # a ragged sequence
         array = np.asarray(obs, dtype=object)
-    if array.shape != shape or array.dtype.kind not in _REAL_KINDS:
+    if array.shape != shape or array.dtype.kind not in REAL_KINDS:
         got = f"env {name!r} returned an observation of shape {array.shape} and dtype {array.dtype} from {method}()"
         if array.shape != shape:
             raise EnvError(f"{got}, but its observation_space is a Box of shape {shape}: fix the env so that the two "

@@ -9,7 +9,8 @@ torch after loading, a few BLAS calls per action. It takes observations as the e
 :func:`~spreeze_like.envs.make_env` gives them and returns actions in that env's box, ``[-1, 1]`` per
 dimension (make_env rescales every Box action space to it, so replay and the networks never see an
 env's own bounds); :meth:`Policy.make_env` makes that env, and :meth:`Policy.env_action` maps an action
-to the env's own bounds for a script that steps the unwrapped env.
+to the env's own bounds for a script that steps the unwrapped env. Such a script may hand the policy
+the unwrapped env's Dict or Tuple observations too: it flattens them as make_env does.
 
 Which weights: the actor learner's part of the checkpoint (``roles["actor-learner"]``), the same in
 both modes. A run folder gives its newest checkpoint. Everything that makes a path unusable is a
@@ -19,6 +20,7 @@ this version cannot read); an env that cannot be made is the trainer's one-line 
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,7 +30,7 @@ import numpy as np
 from spreeze_like.algos.numpy_policy import NumpyPolicy
 from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.checkpoint import list_checkpoints, load_checkpoint
-from spreeze_like.errors import CheckpointError
+from spreeze_like.errors import CheckpointError, EnvError
 
 ACTOR_ROLE = "actor-learner"
 
@@ -46,9 +48,20 @@ class Policy:
     obs_dim: int
     act_dim: int
     env_kwargs: dict[str, Any] = field(default_factory=dict)  # the run's --env-kwargs
+    structured_obs_space: Any = None  # the env's own Dict/Tuple space that make_env flattens; None for a Box
 
-    def __call__(self, obs: np.ndarray) -> np.ndarray:
-        """The action ``[act_dim]`` for one observation ``[obs_dim]``, or ``[B, act_dim]`` for ``[B, obs_dim]``."""
+    def __call__(self, obs: Any) -> np.ndarray:
+        """The action ``[act_dim]`` for one observation ``[obs_dim]``, or ``[B, act_dim]`` for ``[B, obs_dim]``.
+
+        An env whose observations make_env flattens (a Dict or Tuple space) may also be stepped unwrapped:
+        one observation of its own space (a dict or a tuple) is checked and flattened as make_env's wrapper does."""
+        if self.structured_obs_space is not None and isinstance(obs, (Mapping, tuple)):
+            from spreeze_like.structured_obs import flatten_observation
+
+            try:
+                obs = flatten_observation(self.structured_obs_space, obs, self.env_id, "step")
+            except EnvError as exc:
+                raise ValueError(str(exc)) from None
         x = np.asarray(obs, dtype=np.float32)
         if x.shape[-1:] != (self.obs_dim,) or x.ndim > 2:
             raise ValueError(f"observation of shape {x.shape}; this policy takes ({self.obs_dim},) or (B, {self.obs_dim})")
@@ -104,4 +117,5 @@ def load_policy(path: str | Path) -> Policy:
     except ValueError as exc:
         raise CheckpointError(f"{file}: its actor does not fit {env_id} with hidden sizes {hidden} ({exc})") from None
     return Policy(env_id=env_id, algo=algo, seed=int(config.get("seed", 1)), env_steps=int(payload.get("env_steps", 0)),
-                  checkpoint=file, actor=actor, obs_dim=info.obs_dim, act_dim=info.act_dim, env_kwargs=env_kwargs)
+                  checkpoint=file, actor=actor, obs_dim=info.obs_dim, act_dim=info.act_dim, env_kwargs=env_kwargs,
+                  structured_obs_space=info.structured_obs_space)

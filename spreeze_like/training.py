@@ -30,6 +30,7 @@ from spreeze_like.layering import complete_sources, lay_presets, mark_planned, p
 from spreeze_like.modes import parallel_entry, serial_entry
 from spreeze_like.results import TrainResult
 from spreeze_like.rundir import prepare_run
+from spreeze_like.structured_obs import describe
 
 if TYPE_CHECKING:  # the autotuner is imported only when a run asks for it
     from spreeze_like.autotune.plan import Plan
@@ -110,7 +111,10 @@ def _plan(config: TrainConfig, print_fn: Callable[[str], None], explicit: Collec
         config, plan = autotune(config, set(given), print_fn)
         given = mark_planned(given, plan)
     resolved = config.resolve()
-    env_info(resolved.env, resolved.env_kwargs)  # a bad env fails here, before a run folder is created for it
+    info = env_info(resolved.env, resolved.env_kwargs)  # a bad env fails here, before a run folder is made for it
+    if info.structured_obs_space is not None:
+        print_fn(f"[spreeze] observations: {describe(info.structured_obs_space)}, flattened into {info.obs_dim} "
+                 "inputs in that order")
     run = None if resolved.serial else parallel_entry()
     if run is None and not resolved.serial:
         print_fn("[spreeze] the parallel mode is not built yet; running every role in this process (--serial)")
