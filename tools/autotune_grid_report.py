@@ -7,6 +7,7 @@ read (and are tested) without the code that starts runs.
 
 from __future__ import annotations
 
+import json
 import math
 import statistics
 from typing import Any
@@ -44,6 +45,11 @@ def merge(results: list[dict[str, Any]]) -> dict[str, Any]:
         raise ValueError(f"the files ran on different machines ({' | '.join(machines)}): returns at a wall time do "
                          "not compare across them; report each machine's files apart")
     merged["machine"] = machines[0] if machines else ""
+    kwargs = {json.dumps(r.get("env_kwargs") or {}, sort_keys=True) for r in results}  # older files: none
+    if len(kwargs) > 1:
+        raise ValueError(f"the files ran envs made with different --env-kwargs ({' | '.join(sorted(kwargs))}): "
+                         "returns of different envs do not compare; report each set of kwargs apart")
+    merged["env_kwargs"] = results[0].get("env_kwargs") or {}
     merged["machine_unrecorded"] = sum(not r.get("machine") for r in results)
     for r in results:
         for env_id, e in r["envs"].items():
@@ -88,6 +94,8 @@ def report(results: dict[str, Any]) -> None:
           + (f", merged from {results['parts']} parts" if results.get("parts") else ""))
     if results.get("machine"):
         print(f"  machine: {results['machine']}")
+    if results.get("env_kwargs"):
+        print(f"  envs made with --env-kwargs {json.dumps(results['env_kwargs'])}")
     if results.get("machine_unrecorded"):
         print(f"  {results['machine_unrecorded']} of the files do not say which machine ran them (older than the "
               "record): merge only files of one kind of machine")

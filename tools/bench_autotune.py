@@ -41,6 +41,10 @@ A.json B.json ...`` (tables: ``tools/autotune_grid_report.py``). The JSON is rew
     python tools/bench_autotune.py --samplers 1 13 --batch-sizes 256 8192 --utds 1 0.03125   # a product grid
     python tools/bench_autotune.py --report part1.json part2.json           # one table from several runs
     python tools/bench_autotune.py --quick                                  # smoke test: < 1 minute on 2 cores
+    python tools/bench_autotune.py --envs Hopper-v5 --env-kwargs '{"ctrl_cost_weight": 0.002}'   # every run's env
+
+``--env-kwargs`` reaches every run (the CLI's own ``--env-kwargs``, so the autotune probes too) and the
+random-policy zero; the results keep them, and ``--report`` refuses to merge files made with others.
 """
 
 from __future__ import annotations
@@ -64,6 +68,10 @@ if TOOLS_DIR not in sys.path:  # autotune_grid_report beside this file (also whe
 
 from autotune_grid_report import ACCEPT, compare, median_row, merge, report
 
+from spreeze_like.config_fields import json_object
+from spreeze_like.envs import env_info
+from spreeze_like.errors import SpreezeError
+
 __all__ = ["ACCEPT", "compare", "main", "merge", "report"]
 
 RUN = [sys.executable, "-m", "spreeze_like.run"]
@@ -76,13 +84,13 @@ QUICK_CELLS = ["1:256:1"]
 QUICK_PROBE_BUDGET = "2"
 
 
-def random_return(env_id: str, episodes: int = 10) -> float:
+def random_return(env_id: str, episodes: int = 10, env_kwargs: dict[str, Any] | None = None) -> float:
     """Mean return of uniform random actions (the zero of the progress scale)."""
     import numpy as np
 
     from spreeze_like.envs import make_env
 
-    env = make_env(env_id)
+    env = make_env(env_id, env_kwargs=env_kwargs)
     rng = np.random.default_rng(0)
     returns = []
     for i in range(episodes):
@@ -180,10 +188,15 @@ def summarise(events: dict[str, list[tuple[float, int, float]]], t0: float, wall
             "update_frames_hz": statistics.fmean(frames) if frames else 0.0, "env_steps": steps[-1] if steps else 0}
 
 
-def run_cell(env_id: str, flags: list[str], wall_s: float, logdir: Path, xdg: str) -> dict[str, Any]:
-    """Train for ``wall_s`` seconds, stop with SIGINT, and read the figures."""
+def env_flags(env_id: str, env_kwargs: dict[str, Any]) -> list[str]:
+    """The env's flags of every command this benchmark runs."""
+    return ["--env", env_id, *(["--env-kwargs", json.dumps(env_kwargs)] if env_kwargs else [])]
+
+
+def run_cell(env: list[str], flags: list[str], wall_s: float, logdir: Path, xdg: str) -> dict[str, Any]:
+    """Train for ``wall_s`` seconds, stop with SIGINT, and read the figures. ``env``: :func:`env_flags`."""
     logdir.mkdir(parents=True, exist_ok=True)
-    cmd = [*RUN, "--env", env_id, *QUIET, "--logdir", str(logdir), *flags]
+    cmd = [*RUN, *env, *QUIET, "--logdir", str(logdir), *flags]
     t0 = time.time()
     out = open(logdir / "stdout.txt", "w")  # noqa: SIM115 - closed below, after the process
     proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "XDG_CACHE_HOME": xdg})
@@ -238,6 +251,9 @@ def main(argv: list[str] | None = None) -> int:
                              f"{QUICK_WALL_S:g} s each, a private probe cache probed for {QUICK_PROBE_BUDGET} s")
     parser.add_argument("--report", nargs="+", default=None, metavar="RESULTS_JSON",
                         help="only print the table of past results (several: merged, e.g. parts of one grid)")
+    parser.add_argument("--env-kwargs", type=json_object, default={}, metavar="JSON",
+                        help="keyword arguments of gymnasium.make for every run's env and the random policy's "
+                             "(the CLI's --env-kwargs), e.g. '{\"ctrl_cost_weight\": 0.002}'")
     args = parser.parse_args(argv)
     if args.report:
         try:
@@ -273,9 +289,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.wall <= 0 or args.rounds < 1:
         print("error: --wall must be > 0 seconds and --rounds >= 1", file=sys.stderr)
         return 2
+    try:
+        for env_id in args.envs:  # a bad env or kwargs: one line now, not a failed row per run
+            env_info(env_id, args.env_kwargs)
+    except SpreezeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, Any] = {"wall_s": args.wall, "cores": cores, "machine": machine_kind(), "rounds": args.rounds,
-                               "part": args.part or "1/1", "load_before": os.getloadavg(), "envs": {}}
+                               "part": args.part or "1/1", "load_before": os.getloadavg(),
+                               "env_kwargs": args.env_kwargs, "envs": {}}
     for env_id in args.envs:
         configs = {cell_name(*c): cell_flags(*c) for c in cells}
         if not args.no_autotuned:
@@ -285,7 +308,8 @@ def main(argv: list[str] | None = None) -> int:
         configs = {name: configs[name] for name in part_of(list(configs), *part)}
         plan_text = ""
         if "autotuned" in configs:
-            plan = subprocess.run([*RUN, "--env", env_id, "--total-steps", LONG_STEPS, "--plan-only", *probe_flags],
+            plan = subprocess.run([*RUN, *env_flags(env_id, args.env_kwargs), "--total-steps", LONG_STEPS,
+                                   "--plan-only", *probe_flags],
                                   capture_output=True, text=True, env={**os.environ, "XDG_CACHE_HOME": xdg}, check=False)
             if plan.returncode != 0:  # probes now (cached), not in the timed run
                 print(plan.stderr.strip().splitlines()[-1] if plan.stderr.strip() else "error: --plan-only failed",
@@ -294,12 +318,12 @@ def main(argv: list[str] | None = None) -> int:
             plan_text = plan.stdout
             print(plan_text, flush=True)
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
-        zero = random_return(env_id)  # before the runs: every snapshot below can be reported
+        zero = random_return(env_id, env_kwargs=args.env_kwargs)  # before the runs: every snapshot below can be reported
         for r in range(args.rounds):
             order = list(configs)
             random.Random(r).shuffle(order)  # so that a drifting load hits no configuration systematically
             for name in order:
-                cell = run_cell(env_id, configs[name], args.wall, out / env_id / f"round{r}" / _slug(name), xdg)
+                cell = run_cell(env_flags(env_id, args.env_kwargs), configs[name], args.wall, out / env_id / f"round{r}" / _slug(name), xdg)
                 cell["load"] = os.getloadavg()[0]
                 runs[name].append(cell)
                 print(f"{env_id} round {r} {name}: {cell}", flush=True)

@@ -188,7 +188,7 @@ def test_a_call_cut_short_keeps_the_runs_that_finished(tmp_path, monkeypatch, ca
     """The --json is rewritten after every run with ``partial`` set, so a call killed by a time limit (a lent
     machine's 600 s) still has a report of what finished; the finished file has no ``partial``."""
     bench = _tool("bench_autotune")
-    monkeypatch.setattr(bench, "random_return", lambda env_id: -300.0)
+    monkeypatch.setattr(bench, "random_return", lambda env_id, env_kwargs=None: -300.0)
     calls = []
 
     def fake_run(env_id, flags, wall_s, logdir, xdg):
@@ -221,3 +221,30 @@ def test_a_call_cut_short_keeps_the_runs_that_finished(tmp_path, monkeypatch, ca
                        "--out", str(out), "--json", str(path)]) == 0
     whole = json.loads(path.read_text())
     assert "partial" not in whole and len(whole["envs"]["Pendulum-v1"]["grid"]) == 3 and len(calls) == 3
+
+
+def test_env_kwargs_reach_every_run_and_the_random_policy(tmp_path, monkeypatch, capsys):
+    """--env-kwargs: every run's command gets the CLI's flag, the random policy's env is made with them, the
+    results keep them, a bad name is one line before anything runs, and files made with others do not merge."""
+    bench = _tool("bench_autotune")
+    kwargs = {"max_episode_steps": 50}
+    assert bench.env_flags("Pendulum-v1", kwargs) == ["--env", "Pendulum-v1", "--env-kwargs", '{"max_episode_steps": 50}']
+    assert bench.env_flags("Pendulum-v1", {}) == ["--env", "Pendulum-v1"]
+    commands = []
+    monkeypatch.setattr(bench, "run_cell", lambda env, flags, *a: (commands.append(env), _row(-200.0, flags=flags))[1])
+    out = tmp_path / "out"
+    assert bench.main(["--envs", "Pendulum-v1", "--cells", "1:256:1", "--no-autotuned", "--no-defaults", "--wall", "5",
+                       "--env-kwargs", json.dumps(kwargs), "--out", str(out)]) == 0
+    assert commands == [["--env", "Pendulum-v1", "--env-kwargs", '{"max_episode_steps": 50}']]
+    results = json.loads((out / "results.json").read_text())
+    assert results["env_kwargs"] == kwargs
+    # 50-step episodes of random actions: a quarter of Pendulum's 200-step returns (about -1,200 there)
+    assert -500.0 < results["envs"]["Pendulum-v1"]["random_return"] < -100.0
+    assert 'envs made with --env-kwargs {"max_episode_steps": 50}' in capsys.readouterr().out
+    # a name the env does not take: one line, exit 2, no folder
+    assert bench.main(["--envs", "Pendulum-v1", "--env-kwargs", '{"gg": 3}', "--out", str(tmp_path / "never")]) == 2
+    assert capsys.readouterr().err.startswith("error: making env 'Pendulum-v1' with --env-kwargs {\"gg\": 3}")
+    assert not (tmp_path / "never").exists()
+    # files made with other kwargs (or none: an older file) are other envs: refused
+    with pytest.raises(ValueError, match="different --env-kwargs"):
+        bench.merge([results, _results({"b": _row(700.0)}, None, wall=5.0)])
