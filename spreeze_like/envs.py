@@ -293,3 +293,16 @@ def obs_vector(obs: Any, shape: tuple[int, ...], name: str, method: str) -> np.n
         raise EnvError(f"{got}; observations are stored as float32, so they must be real numbers (bool, int or "
                        "float): fix the env so that it returns its observation_space's dtype")
     return array.reshape(-1).astype(np.float32, copy=False)
+
+
+# Keys of a step's ``info`` that say whether the episode reached its goal: SB3's and the Fetch envs'
+# ``is_success``, gymnasium-robotics' mazes' ``success``. The first present is read.
+SUCCESS_KEYS = ("is_success", "success")
+
+
+def episode_success(info: Mapping[str, Any]) -> bool | None:
+    """Whether the episode whose last step returned ``info`` succeeded; None when the env does not say."""
+    for key in SUCCESS_KEYS:
+        if key in info:
+            return bool(np.asarray(info[key]).any())
+    return None

@@ -17,7 +17,7 @@ import argparse
 import json
 import statistics
 import sys
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 from spreeze_like.console import exit_status, say
 
@@ -41,9 +41,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
-def run_episodes(policy: Policy, episodes: int, seed: int | None, render: str | None) -> list[tuple[float, int]]:
-    """(return, length) of each episode, acting with ``policy`` from the given start states."""
-    from spreeze_like.envs import obs_vector, reset_env
+class Episode(NamedTuple):
+    """One episode of :func:`run_episodes`: its return, length and, when the env says, whether it succeeded."""
+
+    ret: float
+    length: int
+    success: bool | None = None  # the last step's info["is_success"] (or "success"); None: the env does not say
+
+
+def run_episodes(policy: Policy, episodes: int, seed: int | None, render: str | None) -> list[Episode]:
+    """Each episode, acting with ``policy`` from the given start states."""
+    from spreeze_like.envs import episode_success, obs_vector, reset_env
     from spreeze_like.roles.evaluator import MAX_EVAL_STEPS
     from spreeze_like.seeding import eval_seed
 
@@ -55,12 +63,12 @@ def run_episodes(policy: Policy, episodes: int, seed: int | None, render: str | 
     try:
         for i in range(episodes):
             obs = reset_env(env, policy.env_id, seed=eval_seed(policy.seed, i) if seed is None else seed + i)
-            total, length, done = 0.0, 0, False
+            total, length, done, info = 0.0, 0, False, {}
             while not done and length < max_steps:
-                o, r, terminated, truncated, _ = env.step(policy(obs))
+                o, r, terminated, truncated, info = env.step(policy(obs))
                 obs = obs_vector(o, shape, policy.env_id, "step")
                 total, length, done = total + float(r), length + 1, terminated or truncated
-            results.append((total, length))
+            results.append(Episode(total, length, episode_success(info)))
     finally:
         env.close()
     return results
@@ -79,11 +87,14 @@ def evaluate(args: argparse.Namespace) -> int:
     say(f"{policy.algo} policy for {policy.env_id}{made_with} after {policy.env_steps:,} env steps "
         f"({policy.checkpoint})")
     results = run_episodes(policy, args.episodes, args.seed, args.render)
-    for i, (ret, length) in enumerate(results):
-        say(f"episode {i}: return {ret:.1f}, {length} steps")
-    returns = [r for r, _ in results]
+    said = all(e.success is not None for e in results)  # a goal env: every episode says whether it succeeded
+    for i, e in enumerate(results):
+        say(f"episode {i}: return {e.ret:.1f}, {e.length} steps" + (f", {'success' if e.success else 'failure'}"
+                                                                      if said else ""))
+    returns = [e.ret for e in results]
     spread = f" +- {statistics.stdev(returns):.1f}" if len(returns) > 1 else ""
-    say(f"mean return {statistics.fmean(returns):.1f}{spread} over {len(returns)} episodes")
+    won = f", success {sum(bool(e.success) for e in results)}/{len(results)}" if said else ""
+    say(f"mean return {statistics.fmean(returns):.1f}{spread} over {len(returns)} episodes{won}")
     return 0
 
 

@@ -58,7 +58,7 @@ ACTOR_LEARNER = StatsSchema(
 EVALUATOR = StatsSchema(
     "evaluator",
     counters=("evaluations",),
-    gauges=("eval_return", "eval_length", "eval_env_step", "eval_version"),
+    gauges=("eval_return", "eval_length", "eval_env_step", "eval_version", "eval_success"),  # success: -1 = none
 )
 REPLAY = StatsSchema("replay", counters=("inserted",), gauges=("size",))
 
@@ -91,6 +91,8 @@ TAGS = {
     "losses/alpha": "SAC entropy coefficient",
     "losses/alpha_loss": "SAC entropy-coefficient loss",
     "eval/episodic_return": "mean return of the deterministic evaluation episodes, at the env step they began",
+    "eval/success_rate": "share of those episodes whose last step said info['is_success'] (or 'success'): goal envs "
+                         "only",
     "perf/sample_hz": "env steps per second over the last period, all samplers",
     "perf/update_hz": "critic updates per second over the last period",
     "perf/update_frames_hz": "transitions consumed by critic updates per second (update_hz x batch size)",

@@ -29,3 +29,5 @@ class TrainResult:
     stopped_early: bool = False  # an evaluation reached config.stop_at_return
     wall_s: float = 0.0
     mode: str = "serial"
+    # per episode of the final evaluation, when the env says (info["is_success"] or info["success"]); else None
+    final_eval_successes: tuple[bool, ...] | None = None

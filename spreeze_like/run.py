@@ -52,9 +52,11 @@ def run(argv: list[str] | None) -> int:
 
     result = train(config, sources=line.sources)
     returns = ", ".join(f"{r:.1f}" for r in result.final_eval_returns)
+    won = result.final_eval_successes
     say(
         f"final evaluation: mean return {result.final_eval_return:.1f} over {len(result.final_eval_returns)} "
-        f"episodes ({returns}) after {result.env_steps:,} env steps, {result.wall_s:.0f} s"
+        f"episodes ({returns})" + (f", success {sum(won)}/{len(won)}" if won else "")
+        + f" after {result.env_steps:,} env steps, {result.wall_s:.0f} s"
     )
     say(f"run folder: {result.run_dir}   (tensorboard --logdir {result.run_dir.parent})")
     say(f"its policy: python -m spreeze_like.evaluate {result.run_dir}   (or spreeze_like.load_policy in Python)")

@@ -208,6 +208,7 @@ class SerialTrainer:
             episodes=sum(s.episodes for s in self.samplers),
             final_eval_return=final.mean_return,
             final_eval_returns=final.returns,
+            final_eval_successes=final.successes,
             evals=list(self.evals),
             wall_s=time.monotonic() - t0,
             mode="serial",

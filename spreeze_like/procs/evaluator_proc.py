@@ -46,7 +46,8 @@ def append_result(run_dir: str | Path, result: EvalResult, wall_s: float, guard:
     (review finding 7): the evaluation still reached the stats row, so TensorBoard has it.
     """
     line = json.dumps({"env_step": result.env_step, "mean_return": result.mean_return, "wall_s": wall_s,
-                       "returns": list(result.returns), "lengths": list(result.lengths), "version": result.version})
+                       "returns": list(result.returns), "lengths": list(result.lengths), "version": result.version,
+                       **({"successes": list(result.successes)} if result.successes is not None else {})})
     path = Path(run_dir) / EVALS_FILE
     try:
         if guard is not None and guard.failing and _ends_torn(path):

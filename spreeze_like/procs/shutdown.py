@@ -146,7 +146,14 @@ def shutdown(sup: Supervisor, t0: float) -> TrainResult:
                                                            for i in range(sup.config.sampler_rows))),
         final_eval_return=float(final["mean_return"]) if final else float("nan"),
         final_eval_returns=tuple(final["returns"]) if final else (), evals=evals,
-        wall_s=time.monotonic() - t0, mode="parallel", stopped_early=sup.stopped_early)
+        wall_s=time.monotonic() - t0, mode="parallel", stopped_early=sup.stopped_early,
+        final_eval_successes=_successes(final))
+
+
+def _successes(final: dict[str, Any] | None) -> tuple[bool, ...] | None:
+    """The final evaluation's per-episode successes from its evals.jsonl record (absent: the env says none)."""
+    listed = final.get("successes") if final else None
+    return tuple(bool(s) for s in listed) if isinstance(listed, list) else None
 
 
 def drain_leftovers(sup: Supervisor) -> int:

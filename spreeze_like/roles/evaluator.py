@@ -6,7 +6,9 @@ vector from its weights source, and runs one episode per env with the determinis
 forward per step. Env ``i`` starts every evaluation from the same seed, ``seeding.eval_seed(seed,
 i)``, so successive evaluations differ only by the policy and the curve is not noise
 from new start states. Results go to the stats block (``eval_return`` etc., picked up by the
-monitor) and are returned. Owns no shared resource. It acts with a
+monitor) and are returned; an env whose last step of an episode says ``is_success`` (or ``success``) in its
+``info`` (goal envs; :func:`~spreeze_like.envs.episode_success`) also gets a success rate. Owns no shared
+resource. It acts with a
 :class:`~spreeze_like.algos.numpy_policy.NumpyPolicy` (no torch in the evaluator's process); before
 any actor vector is published (version 0) that policy's action is 0, the middle of the action box. An
 observation that does not match the env's declared Box raises :class:`~spreeze_like.errors.EnvError`
@@ -25,7 +27,7 @@ import numpy as np
 
 from spreeze_like.algos.numpy_policy import NumpyPolicy
 from spreeze_like.algos.spec import AlgoSpec
-from spreeze_like.envs import make_env, obs_vector, reset_env
+from spreeze_like.envs import episode_success, make_env, obs_vector, reset_env
 from spreeze_like.roles.ports import StatsWriter, WeightsSource
 from spreeze_like.seeding import eval_seed
 
@@ -46,6 +48,11 @@ class EvalResult:
     returns: tuple[float, ...]
     lengths: tuple[int, ...]
     version: int
+    successes: tuple[bool, ...] | None = None  # per episode, when the env says (info["is_success"]); else None
+
+    @property
+    def success_rate(self) -> float | None:
+        return sum(self.successes) / len(self.successes) if self.successes else None
 
 
 class Evaluator:
@@ -76,24 +83,29 @@ class Evaluator:
         returns = np.zeros(n, dtype=np.float64)
         lengths = np.zeros(n, dtype=np.int64)
         running = np.ones(n, dtype=bool)
+        success: list[bool | None] = [None] * n  # from each episode's last step
         for _ in range(self.max_steps):
             actions = self.policy.act_deterministic(obs)
             for i in np.flatnonzero(running):
-                o, r, terminated, truncated, _ = self.envs[i].step(actions[i])
+                o, r, terminated, truncated, info = self.envs[i].step(actions[i])
                 obs[i] = obs_vector(o, self._obs_shape, self.env_id, "step")  # refuses a wrong shape or dtype
                 returns[i] += float(r)
                 lengths[i] += 1
+                success[i] = episode_success(info)
                 if terminated or truncated:
                     running[i] = False
             self.beat()
             if not running.any():
                 break
-        result = EvalResult(env_step, float(returns.mean()), tuple(returns.tolist()), tuple(lengths.tolist()), version)
+        successes = None if None in success else tuple(bool(s) for s in success)
+        result = EvalResult(env_step, float(returns.mean()), tuple(returns.tolist()), tuple(lengths.tolist()), version,
+                            successes)
         self.history.append(result)
         self.stats.set("eval_return", result.mean_return)
         self.stats.set("eval_length", float(lengths.mean()))
         self.stats.set("eval_env_step", float(env_step))
         self.stats.set("eval_version", float(version))
+        self.stats.set("eval_success", -1.0 if result.success_rate is None else result.success_rate)
         self.stats.add("evaluations")
         return result
 

@@ -328,6 +328,8 @@ class Monitor:
         eval_step = int(ev["eval_env_step"])
         self.writer.add_scalar("eval/episodic_return", ev["eval_return"], eval_step)
         self.writer.add_scalar("eval/episodic_length", ev["eval_length"], eval_step)
+        if ev.get("eval_success", -1.0) >= 0.0:  # the env says whether an episode reached its goal
+            self.writer.add_scalar("eval/success_rate", ev["eval_success"], eval_step)
         self.curves.add("eval", now - self.session_start, eval_step, ev["eval_return"], self.eval_episodes)
 
     def progress_line(self, step: int, scalars: Mapping[str, float]) -> str:

@@ -4,9 +4,11 @@ and one that does not fit its space ends the whole run with one line instead of 
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
-from .helpers import assert_nothing_left, only_run_dir, read_status
+from .helpers import assert_nothing_left, only_run_dir, read_status, scalars
 from .test_odd_envs import run_cli, the_error_line
 
 pytestmark = pytest.mark.multiproc
@@ -23,6 +25,13 @@ def test_a_dict_observation_env_trains_in_sampler_processes(tmp_path):
     for row in ("sampler-0", "sampler-1"):  # 400 steps each: 50 episodes of 8
         assert counters[row]["episodes"] == 50, counters[row]
     assert counters["evaluator"]["eval_length"] == 8, counters["evaluator"]
+    # the evaluator process reads TinyGoal's info["is_success"]: the final line says how many of its 2 episodes
+    final = next(line for line in proc.stdout.splitlines() if line.startswith("final evaluation:"))
+    record = json.loads((run_dir / "evals.jsonl").read_text().splitlines()[-1])  # the final evaluation's
+    won = sum(record["successes"])
+    assert len(record["successes"]) == 2 and f", success {won}/2 after 800 env steps" in final, final
+    assert counters["evaluator"]["eval_success"] == won / 2
+    assert scalars(run_dir)["eval/success_rate"] == [(800, won / 2)]
     assert_nothing_left(run_dir)
 
 

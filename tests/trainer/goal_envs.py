@@ -7,7 +7,7 @@ Used as ``trainer.goal_envs:TinyGoal-v0`` (``tests/`` on the path).
   Observation ``Dict(observation: Box(2) [position, t / 8], desired_goal: Box(1), phase: Discrete(3))``
   (``phase`` is ``t mod 3``). A policy that does not see ``desired_goal`` cannot score better than
   about -4 per episode (staying at 0: ``E|goal| = 0.5`` a step); one that moves to the goal scores
-  about -0.6.
+  about -0.6. Each step's ``info["is_success"]`` says whether the point is within 0.1 of the goal.
 * ``TinyGoalTuple-v0``: the same observation as a ``Tuple(Box(2), Box(1), Discrete(3))``.
 
 Observations that do not fit their space, to be refused with one ``error:`` line:
@@ -65,7 +65,8 @@ class TinyGoal(gym.Env):
     def step(self, action):
         self.t += 1
         self.position = float(np.clip(self.position + 0.25 * float(np.asarray(action).reshape(-1)[0]), -1.0, 1.0))
-        return self._obs("step"), -abs(self.position - self.goal), False, False, {}
+        distance = abs(self.position - self.goal)
+        return self._obs("step"), -distance, False, False, {"is_success": distance < 0.1}
 
 
 def _register(env_id: str, **kwargs) -> None:

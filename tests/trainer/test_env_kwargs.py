@@ -110,7 +110,7 @@ def test_config_json_keeps_them_and_the_policy_is_scored_on_that_env(short_run):
     assert json.loads((short_run / "config.json").read_text())["env_kwargs"] == SHORT
     policy = load_policy(short_run)
     assert policy.env_kwargs == SHORT
-    assert [length for _, length in run_episodes(policy, 2, None, None)] == [50, 50]
+    assert [e.length for e in run_episodes(policy, 2, None, None)] == [50, 50]
     out = subprocess.run([sys.executable, "-m", "spreeze_like.evaluate", str(short_run), "--episodes", "1"],
                          capture_output=True, text=True, check=False, timeout=120)
     assert out.returncode == 0, out.stderr

@@ -37,17 +37,17 @@ def test_the_loaded_policy_repeats_the_runs_final_evaluation(tmp_path, algo):
     policy = load_policy(result.run_dir)
     assert (policy.algo, policy.env_id, policy.env_steps) == (algo, "Pendulum-v1", 600)
     assert policy.checkpoint == list_checkpoints(result.run_dir)[-1]
-    returns = [r for r, _ in run_episodes(policy, 2, None, None)]
+    returns = [e.ret for e in run_episodes(policy, 2, None, None)]
     assert returns == pytest.approx(list(result.final_eval_returns), rel=1e-6)
     # an untrained actor (all zeros: every action 0) scores otherwise, so the weights were really loaded
     policy.actor.vector[:] = 0.0
-    assert [r for r, _ in run_episodes(policy, 2, None, None)] != pytest.approx(returns, abs=1e-3)
+    assert [e.ret for e in run_episodes(policy, 2, None, None)] != pytest.approx(returns, abs=1e-3)
 
 
 def test_the_parallel_modes_checkpoint_loads_the_same_way(tmp_path):
     result = trained(tmp_path, serial=False)
     policy = load_policy(list_checkpoints(result.run_dir)[-1])  # a checkpoint file, not the folder
-    assert [r for r, _ in run_episodes(policy, 2, None, None)] == pytest.approx(list(result.final_eval_returns),
+    assert [e.ret for e in run_episodes(policy, 2, None, None)] == pytest.approx(list(result.final_eval_returns),
                                                                                 rel=1e-6)
 
 

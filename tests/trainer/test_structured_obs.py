@@ -28,6 +28,7 @@ from spreeze_like.policy import load_policy
 from spreeze_like.structured_obs import check_observation, describe, flatten_observation, unflattenable_part
 from spreeze_like.training import train
 
+from .tb import scalars
 from .test_serial import TINY
 
 GOAL = "trainer.goal_envs:"
@@ -126,6 +127,24 @@ def test_sac_learns_to_reach_the_goal_it_observes(goal_run):
     assert result.final_eval_return > -2.0, result
 
 
+def test_the_success_rate_is_recorded_where_the_env_says(goal_run):
+    """TinyGoal's info["is_success"] (within 0.1 of the goal) of each evaluation episode's last step: the final
+    result and TensorBoard's eval/success_rate hold the same episodes (the parallel test reads evals.jsonl)."""
+    result, _ = goal_run
+    won = result.final_eval_successes
+    assert won is not None and len(won) == 20 and all(isinstance(w, bool) for w in won)
+    assert sum(won) >= 1  # a learned policy reaches some goals in 8 steps (16 of 20 for seed 1 here)
+    rates = scalars(result.run_dir)["eval/success_rate"]
+    assert rates[-1] == (2000, pytest.approx(sum(won) / 20))
+
+
+def test_an_env_that_says_nothing_has_no_success_rate(tmp_path):
+    result = train(dataclasses.replace(TrainConfig(), env="trainer.tiny_envs:TinyWalk-v0", logdir=str(tmp_path),
+                                       **TINY), print_fn=lambda line: None)
+    assert result.final_eval_successes is None
+    assert "eval/success_rate" not in scalars(result.run_dir)
+
+
 def test_the_policy_acts_on_the_unwrapped_envs_dicts_as_on_the_flat_vectors(goal_run):
     policy = load_policy(goal_run[0].run_dir)
     raw = gym.make("TinyGoal-v0")  # registered by make_env's import of trainer.goal_envs
@@ -145,4 +164,7 @@ def test_evaluate_scores_it_from_the_command_line(goal_run):
                          capture_output=True, text=True, check=False, timeout=120,
                          env={**os.environ, "PYTHONPATH": os.pathsep.join([TESTS_DIR, os.environ.get("PYTHONPATH", "")])})
     assert out.returncode == 0, out.stderr
-    assert out.stdout.count(", 8 steps") == 3 and "over 3 episodes" in out.stdout, out.stdout
+    episodes = [line for line in out.stdout.splitlines() if line.startswith("episode ")]
+    assert len(episodes) == 3 and all(line.endswith((", 8 steps, success", ", 8 steps, failure")) for line in episodes)
+    won = sum(line.endswith("success") for line in episodes)
+    assert out.stdout.splitlines()[-1].endswith(f"over 3 episodes, success {won}/3"), out.stdout
