@@ -30,7 +30,7 @@ class StatsSchema:
 SAMPLER = StatsSchema(
     "sampler",
     counters=("env_steps", "episodes", "nonfinite_dropped"),
-    means=("episodic_return", "episodic_length", "policy_lag"),
+    means=("episodic_return", "episodic_length", "policy_lag", "episodic_success"),  # success: goal envs only
     gauges=("policy_version",),
 )
 CRITIC_LEARNER = StatsSchema(
@@ -91,6 +91,8 @@ TAGS = {
     "losses/alpha": "SAC entropy coefficient",
     "losses/alpha_loss": "SAC entropy-coefficient loss",
     "eval/episodic_return": "mean return of the deterministic evaluation episodes, at the env step they began",
+    "charts/success_rate": "share of the episodes finished in the period whose last step said info['is_success'] "
+                           "(or 'success'): goal envs only",
     "eval/success_rate": "share of those episodes whose last step said info['is_success'] (or 'success'): goal envs "
                          "only",
     "perf/sample_hz": "env steps per second over the last period, all samplers",

@@ -221,6 +221,7 @@ class Monitor:
             ("charts/episodic_return", "episodic_return"),
             ("charts/episodic_length", "episodic_length"),
             ("perf/policy_lag", "policy_lag"),
+            ("charts/success_rate", "episodic_success"),  # only where the env says (goal envs): no count, no point
         ):
             value = _pooled_mean(snap, before, samplers, key)
             if value is not None:

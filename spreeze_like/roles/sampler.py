@@ -39,7 +39,7 @@ import numpy as np
 
 from spreeze_like.algos.numpy_policy import NumpyPolicy
 from spreeze_like.algos.spec import AlgoSpec
-from spreeze_like.envs import make_env, obs_vector, reset_env
+from spreeze_like.envs import episode_success, make_env, obs_vector, reset_env
 from spreeze_like.roles.ports import StatsWriter, TransitionSink, WeightsSource, observe
 from spreeze_like.seeding import derive_seed, env_seed
 from spreeze_like.transition import TransitionLayout, finite_rows
@@ -105,8 +105,10 @@ class SamplerWorker:
         next_obs = np.empty_like(self.obs)
         terminated = np.zeros(n, dtype=np.float32)
         truncated = np.zeros(n, dtype=np.float32)
+        infos: list[dict] = []
         for j, env in enumerate(self.envs):
-            o, r, term, trunc, _ = env.step(actions[j])
+            o, r, term, trunc, info = env.step(actions[j])
+            infos.append(info)
             next_obs[j] = obs_vector(o, self._obs_shape, self.env_id, "step")
             rewards[j], terminated[j], truncated[j] = r, term, trunc
         rows = self.layout.pack(self.obs, actions, rewards, next_obs, terminated, truncated, out=self._rows)
@@ -130,6 +132,9 @@ class SamplerWorker:
                 self.stats.add("episodes")
                 observe(self.stats, "episodic_return", float(self.episode_return[j]))
                 observe(self.stats, "episodic_length", float(self.episode_length[j]))
+                success = episode_success(infos[j])  # a goal env says whether the episode reached its goal
+                if success is not None:
+                    observe(self.stats, "episodic_success", float(success))
             self.episode_return[j] = 0.0
             self.episode_length[j] = 0
             self.obs[j] = reset_env(self.envs[j], self.env_id)

@@ -22,8 +22,9 @@ def test_a_dict_observation_env_trains_in_sampler_processes(tmp_path):
     assert "[spreeze] observations: Dict(desired_goal: Box(1), observation: Box(2), phase: Discrete(3))" in proc.stdout
     run_dir = only_run_dir(tmp_path)
     counters = read_status(run_dir)["counters"]
-    for row in ("sampler-0", "sampler-1"):  # 400 steps each: 50 episodes of 8
+    for row in ("sampler-0", "sampler-1"):  # 400 steps each: 50 episodes of 8, each saying whether it succeeded
         assert counters[row]["episodes"] == 50, counters[row]
+        assert counters[row]["episodic_success.count"] == 50, counters[row]
     assert counters["evaluator"]["eval_length"] == 8, counters["evaluator"]
     # the evaluator process reads TinyGoal's info["is_success"]: the final line says how many of its 2 episodes
     final = next(line for line in proc.stdout.splitlines() if line.startswith("final evaluation:"))

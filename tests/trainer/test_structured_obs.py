@@ -134,15 +134,19 @@ def test_the_success_rate_is_recorded_where_the_env_says(goal_run):
     won = result.final_eval_successes
     assert won is not None and len(won) == 20 and all(isinstance(w, bool) for w in won)
     assert sum(won) >= 1  # a learned policy reaches some goals in 8 steps (16 of 20 for seed 1 here)
-    rates = scalars(result.run_dir)["eval/success_rate"]
-    assert rates[-1] == (2000, pytest.approx(sum(won) / 20))
+    got = scalars(result.run_dir)
+    assert got["eval/success_rate"][-1] == (2000, pytest.approx(sum(won) / 20))
+    # training episodes too (SB3's rollout/success_rate): the exploring policy's share, one point per write
+    train_rates = [rate for _, rate in got["charts/success_rate"]]
+    assert train_rates and all(0.0 <= rate <= 1.0 for rate in train_rates)
 
 
 def test_an_env_that_says_nothing_has_no_success_rate(tmp_path):
     result = train(dataclasses.replace(TrainConfig(), env="trainer.tiny_envs:TinyWalk-v0", logdir=str(tmp_path),
                                        **TINY), print_fn=lambda line: None)
     assert result.final_eval_successes is None
-    assert "eval/success_rate" not in scalars(result.run_dir)
+    got = scalars(result.run_dir)
+    assert "eval/success_rate" not in got and "charts/success_rate" not in got and "charts/episodic_return" in got
 
 
 def test_the_policy_acts_on_the_unwrapped_envs_dicts_as_on_the_flat_vectors(goal_run):
