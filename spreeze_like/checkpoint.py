@@ -250,7 +250,8 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 
 
 def check_compatible(payload: dict[str, Any], env: str, algo: str, path: str | Path,
-                     hidden_sizes: tuple[int, ...] | None = None, env_kwargs: dict[str, Any] | None = None) -> None:
+                     hidden_sizes: tuple[int, ...] | None = None, env_kwargs: dict[str, Any] | None = None,
+                     critic_hidden_sizes: tuple[int, ...] | None = None) -> None:
     """Refuse a checkpoint made for another env, algorithm or network shape (its networks would not fit
     or mean anything), naming the setting, before any process starts.
 
@@ -274,6 +275,17 @@ def check_compatible(payload: dict[str, Any], env: str, algo: str, path: str | P
         raise CheckpointError(
             f"checkpoint {path} holds networks with --hidden-sizes {widths}, not {' '.join(map(str, hidden_sizes))}; "
             f"resume without --hidden-sizes (or with --hidden-sizes {widths}), or start a new run without --resume"
+        )
+    # the critic's widths as built: its own, else the actor's (a checkpoint from before the flag: the actor's)
+    then_critic = tuple(saved.get("critic_hidden_sizes") or ()) or (tuple(then) if isinstance(then, (list, tuple))
+                                                                     else None)
+    now_critic = tuple(critic_hidden_sizes or ()) or (tuple(hidden_sizes) if hidden_sizes is not None else None)
+    if then_critic is not None and now_critic is not None and then_critic != now_critic:
+        widths = " ".join(map(str, then_critic))
+        raise CheckpointError(
+            f"checkpoint {path} holds critics with hidden widths {widths}, not {' '.join(map(str, now_critic))}; "
+            f"resume without --critic-hidden-sizes (or with --critic-hidden-sizes {widths}), or start a new run "
+            "without --resume"
         )
 
 

@@ -152,7 +152,11 @@ class TrainConfig:
     policy_delay: int = _f(0, "critic updates per actor update; 0 = algorithm default (TD3: 2, CrossQ: 3, SAC/DDPG: 1)")
     policy_noise: float = _f(0.2, "TD3: std of the target policy smoothing noise")
     noise_clip: float = _f(0.5, "TD3: clip of the target policy smoothing noise")
-    hidden_sizes: tuple[int, ...] = _f((256, 256), "hidden layer widths of actor and critic MLPs")
+    hidden_sizes: tuple[int, ...] = _f((256, 256), "hidden layer widths of the actor MLP, and of the critic's "
+                                       "unless --critic-hidden-sizes is given")
+    critic_hidden_sizes: tuple[int, ...] = _f(
+        (), "hidden layer widths of each critic (Q) MLP when they differ from the actor's, e.g. CrossQ's 2048 2048 "
+        "(SBX's default there) with a 256 256 actor; not given: --hidden-sizes", metavar="N")
     weight_sync_period: int = _f(1, "learner updates between publishing a network and refreshing the other's copy")
     max_nonfinite_steps: int = _f(
         10, "learner updates in a row with NaN/inf gradients (each skipped) after which the run stops, keeping the "
@@ -285,6 +289,9 @@ class TrainConfig:
             raise bad("batch_size", f"must not exceed --buffer-size {self.buffer_size}")
         if not self.hidden_sizes or any(not isinstance(h, int) or h < 1 for h in self.hidden_sizes):
             raise bad("hidden_sizes", "give one or more layer widths >= 1, e.g. --hidden-sizes 256 256")
+        if any(not isinstance(h, int) or h < 1 for h in self.critic_hidden_sizes):
+            raise bad("critic_hidden_sizes", "give one or more layer widths >= 1, e.g. --critic-hidden-sizes 2048 "
+                                             "2048 (or leave it out: the critic then has --hidden-sizes)")
         for name in ("actor_device", "critic_device"):
             if not isinstance(getattr(self, name), str) or not _DEVICE_RE.match(getattr(self, name)):
                 raise bad(name, "use auto, cpu, cuda or cuda:N")

@@ -9,6 +9,7 @@ docs/reliability.md, "Absurd flag values", gives each bound's reasoning and meas
 
 from __future__ import annotations
 
+import itertools
 import os
 import typing
 
@@ -75,11 +76,13 @@ def check_bounds(cfg: TrainConfig, bad: Bad) -> None:
                                  f"replay ({MIN_REPLAY_ROW_BYTES} bytes a transition at the smallest env), more "
                                  f"than this machine's {gib:,.0f} GiB of memory")
     # hidden-to-hidden weights, plus one input and one output weight per unit (the env's sizes are not known here)
-    weights = sum(a * b for a, b in zip(cfg.hidden_sizes, cfg.hidden_sizes[1:])) + 2 * sum(cfg.hidden_sizes)
-    if memory and weights * 4 * NETWORK_COPIES > memory:
-        raise bad("hidden_sizes", f"{weights:,} hidden weights per network need at least "
-                                  f"{weights * 4 * NETWORK_COPIES / 2**30:,.0f} GiB ({NETWORK_COPIES} fp32 copies: "
-                                  f"networks, targets, Adam moments), more than this machine's {gib:,.0f} GiB")
+    for name in ("hidden_sizes", "critic_hidden_sizes"):
+        widths = getattr(cfg, name)
+        weights = sum(a * b for a, b in itertools.pairwise(widths)) + 2 * sum(widths)
+        if memory and weights * 4 * NETWORK_COPIES > memory:
+            raise bad(name, f"{weights:,} hidden weights per network need at least "
+                            f"{weights * 4 * NETWORK_COPIES / 2**30:,.0f} GiB ({NETWORK_COPIES} fp32 copies: "
+                            f"networks, targets, Adam moments), more than this machine's {gib:,.0f} GiB")
 
 
 def check_remote(cfg: TrainConfig, bad: Bad) -> None:

@@ -42,8 +42,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--algo", default=None, choices=ALGOS,
                    help="algorithm whose updates are timed (default: the env's, as a run without --algo gets it)")
     p.add_argument("--hidden-sizes", type=int, nargs="+", default=None, metavar="N",
-                   help="hidden layer widths of actor and critic (default: the env's preset for the algorithm, "
-                        "as a run gets them; else 256 256)")
+                   help="hidden layer widths of the actor, and of the critic without --critic-hidden-sizes "
+                        "(default: the env's preset for the algorithm, as a run gets them; else 256 256)")
+    p.add_argument("--critic-hidden-sizes", type=int, nargs="+", default=None, metavar="N",
+                   help="hidden layer widths of each critic, as a run's --critic-hidden-sizes (default: the preset's, "
+                        "else --hidden-sizes)")
     p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S,
                    help=f"seconds of measuring; process start-ups add a few (default: {DEFAULT_BUDGET_S:.0f})")
     p.add_argument("--devices", nargs="+", default=None, metavar="DEV",
@@ -73,7 +76,8 @@ def _output_dir(logdir: str) -> Path:
 
 
 def run_settings(env: str, algo: str | None, hidden_sizes: list[int] | None,
-                 env_kwargs: dict[str, Any] | None = None) -> tuple[Any, set[str]]:
+                 env_kwargs: dict[str, Any] | None = None,
+                 critic_hidden_sizes: list[int] | None = None) -> tuple[Any, set[str]]:
     """The settings a default run on ``env`` gets (its algorithm and preset laid under what was given here),
     and the names set by a flag here or by a preset (the plan keeps those, as in a run).
 
@@ -91,6 +95,8 @@ def run_settings(env: str, algo: str | None, hidden_sizes: list[int] | None,
         given["algo"] = algo
     if hidden_sizes is not None:
         given["hidden_sizes"] = tuple(hidden_sizes)
+    if critic_hidden_sizes is not None:
+        given["critic_hidden_sizes"] = tuple(critic_hidden_sizes)
     config, sources = lay_presets(TrainConfig(**given).validate(), dict.fromkeys(given, "flag"))
     return config, set(sources)
 
@@ -112,16 +118,17 @@ def profile(args: argparse.Namespace, progress: Any) -> int:
     from spreeze_like.autotune.probe import probe_machine
     from spreeze_like.autotune.report import report_text, write_tensorboard
 
-    settings, kept = run_settings(args.env, args.algo, args.hidden_sizes, args.env_kwargs)
-    algo, hidden = settings.algo, list(settings.hidden_sizes)
-    path = cache.cache_path(hardware.fingerprint(), args.env, algo, hidden, args.env_kwargs)
+    settings, kept = run_settings(args.env, args.algo, args.hidden_sizes, args.env_kwargs, args.critic_hidden_sizes)
+    algo, hidden, critic = settings.algo, list(settings.hidden_sizes), list(settings.critic_hidden_sizes)
+    path = cache.cache_path(hardware.fingerprint(), args.env, algo, hidden, args.env_kwargs, critic)
     if args.cached:
         results = cache.load_cached(path)
         if results is None:
             raise ConfigError(f"no cached probe results for {args.env} on this machine ({path}); "
                               "run without --cached to measure")
     else:
-        results = probe_machine(args.env, algo, hidden, args.budget, args.devices, progress, args.env_kwargs)
+        results = probe_machine(args.env, algo, hidden, args.budget, args.devices, progress, args.env_kwargs,
+                                critic_hidden_sizes=critic)
         try:
             cache.save_results(results, path)
         except OSError as exc:

@@ -213,7 +213,8 @@ def prepare_run(config: TrainConfig, sources: Mapping[str, str] | None = None) -
         context = RunContext(run_dir, lock=lock)
         if config.resume:
             payload, path = load_latest(run_dir)
-            check_compatible(payload, config.env, config.algo, path, config.hidden_sizes, config.env_kwargs)
+            check_compatible(payload, config.env, config.algo, path, config.hidden_sizes, config.env_kwargs,
+                             config.critic_hidden_sizes)
             if int(payload["env_steps"]) >= config.total_steps:
                 raise CheckpointError(
                     f"{path} is already at {payload['env_steps']} env steps >= --total-steps {config.total_steps}; "

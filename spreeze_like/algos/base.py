@@ -132,7 +132,7 @@ class _Part:
         s = self.spec
         cls = critic_class(s.algo)
         return seeded_build(
-            lambda: cls(s.obs_dim, s.act_dim, s.hidden_sizes, s.n_q), derive_seed(s.seed, "critic/init")
+            lambda: cls(s.obs_dim, s.act_dim, s.critic_widths, s.n_q), derive_seed(s.seed, "critic/init")
         ).to(self.device)
 
     @staticmethod

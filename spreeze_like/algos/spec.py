@@ -21,7 +21,8 @@ class AlgoSpec:
     algo: str
     obs_dim: int
     act_dim: int
-    hidden_sizes: tuple[int, ...] = (256, 256)
+    hidden_sizes: tuple[int, ...] = (256, 256)  # the actor's (and the critic's, without critic_hidden_sizes)
+    critic_hidden_sizes: tuple[int, ...] = ()  # each Q network's; () = hidden_sizes
     gamma: float = 0.99
     tau: float = 0.005
     actor_lr: float = 3e-4
@@ -42,11 +43,17 @@ class AlgoSpec:
         names = [f for f in cls.__dataclass_fields__ if f not in ("algo", "obs_dim", "act_dim")]
         values = {n: getattr(config, n) for n in names}
         values["hidden_sizes"] = tuple(values["hidden_sizes"])
+        values["critic_hidden_sizes"] = tuple(values["critic_hidden_sizes"])
         if values["actor_lr"] is None:  # an unresolved config: what resolve() would fill in
             from spreeze_like.config import auto_actor_lr
 
             values["actor_lr"] = auto_actor_lr(config.env, config.algo, config.presets)
         return cls(algo=config.algo, obs_dim=obs_dim, act_dim=act_dim, **values)
+
+    @property
+    def critic_widths(self) -> tuple[int, ...]:
+        """Hidden layer widths of each Q network."""
+        return self.critic_hidden_sizes or self.hidden_sizes
 
     @property
     def n_q(self) -> int:

@@ -77,7 +77,8 @@ def autotune(
         print_fn(f"[autotune] {line}")
 
     probes, path, _ = load_or_probe(config.env, config.algo, config.hidden_sizes, config.probe_budget,
-                                    config.reprobe, progress, env_kwargs=config.env_kwargs)
+                                    config.reprobe, progress, env_kwargs=config.env_kwargs,
+                                    critic_hidden_sizes=config.critic_hidden_sizes)
     plan = make_plan(probes, config, mine, available)
     tuned = apply_plan(config, plan).validate()
     plan.notes.append(f"probe results: {path}")

@@ -36,10 +36,13 @@ def _safe(text: str) -> str:
 
 
 def cache_path(fingerprint: str, env_id: str, algo: str, hidden_sizes: Sequence[int],
-               env_kwargs: Mapping[str, Any] | None = None) -> Path:
+               env_kwargs: Mapping[str, Any] | None = None, critic_hidden_sizes: Sequence[int] = ()) -> Path:
     """The cache file for this machine, env, algorithm and hidden layer sizes. ``--env-kwargs`` make another env
-    (a step may cost more, observations may be wider): they add a digest of their JSON to the env's part."""
+    (a step may cost more, observations may be wider): they add a digest of their JSON to the env's part. A critic
+    of other widths (``--critic-hidden-sizes``) adds ``-q<widths>``: its updates cost another time."""
     net = "x".join(str(h) for h in hidden_sizes)
+    if critic_hidden_sizes and tuple(critic_hidden_sizes) != tuple(hidden_sizes):
+        net += "-q" + "x".join(str(h) for h in critic_hidden_sizes)
     env = _safe(env_id)
     if env_kwargs:
         env += "+" + hashlib.sha256(json.dumps(dict(env_kwargs), sort_keys=True).encode()).hexdigest()[:12]

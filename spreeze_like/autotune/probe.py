@@ -111,17 +111,19 @@ def probe_machine(
     devices: Sequence[str] | None = None,
     progress: Callable[[str], None] = print,
     env_kwargs: Mapping[str, Any] | None = None,
+    critic_hidden_sizes: Sequence[int] = (),
 ) -> ProbeResults:
     """Measure this machine for ``env_id``; see the module docstring.
 
     Args:
         env_id: gymnasium id or ``module:EnvId``.
         algo: algorithm whose update halves are timed (``sac``, ``td3``, ``ddpg``).
-        hidden_sizes: hidden layer widths of actor and critic.
+        hidden_sizes: hidden layer widths of the actor (and of the critic without ``critic_hidden_sizes``).
         budget_s: measuring time in seconds (start-up of processes comes on top).
         devices: devices to time updates on (default: the CPU and every GPU found).
         progress: receives one line per finished probe.
         env_kwargs: the run's ``--env-kwargs`` for ``gymnasium.make``.
+        critic_hidden_sizes: the critic's widths when they differ (``--critic-hidden-sizes``); () = the actor's.
 
     Raises:
         spreeze_like.errors.EnvError: the env cannot be made.
@@ -146,7 +148,8 @@ def probe_machine(
     width = TransitionLayout(info.obs_dim, info.act_dim).width
     ring = ring_rate(width, 0.05 * budget_s, memcpy)
     progress(f"ring ({width} floats per transition, 256 per write): {ring.text()}")
-    spec = {"algo": algo, "obs_dim": info.obs_dim, "act_dim": info.act_dim, "hidden_sizes": tuple(hidden_sizes)}
+    spec = {"algo": algo, "obs_dim": info.obs_dim, "act_dim": info.act_dim, "hidden_sizes": tuple(hidden_sizes),
+            "critic_hidden_sizes": tuple(critic_hidden_sizes)}
     update_budget = 0.70 * budget_s
     env, curves = run_worker(env_id, spec, 0.15 * budget_s, curve_jobs(devices, hw, update_budget), progress,
                              hard_timeout_s=3 * budget_s + 180, env_kwargs=env_kwargs)
@@ -157,6 +160,7 @@ def probe_machine(
         env_id=env_id,
         algo=algo,
         hidden_sizes=list(hidden_sizes),
+        critic_hidden_sizes=list(critic_hidden_sizes),
         budget_s=budget_s,
         elapsed_s=time.monotonic() - t0,
         hardware=hw,
@@ -176,20 +180,22 @@ def load_or_probe(
     reprobe: bool = False,
     progress: Callable[[str], None] = print,
     env_kwargs: Mapping[str, Any] | None = None,
+    critic_hidden_sizes: Sequence[int] = (),
 ) -> tuple[ProbeResults, Path, bool]:
     """Cached probe results for this machine and env, measuring (and caching) them when needed.
 
     Returns:
         (results, cache file, whether they came from the cache).
     """
-    path = cache.cache_path(hardware.fingerprint(), env_id, algo, hidden_sizes, env_kwargs)
+    path = cache.cache_path(hardware.fingerprint(), env_id, algo, hidden_sizes, env_kwargs, critic_hidden_sizes)
     if not reprobe:
         cached = cache.load_cached(path)
         if cached is not None:
             progress(f"using cached probe results {path} (measured {cached.created}; --reprobe to refresh)")
             return cached, path, True
     progress(f"probing this machine for {env_id} (about {budget_s:.0f} s of measuring; cached in {path.parent})")
-    results = probe_machine(env_id, algo, hidden_sizes, budget_s, progress=progress, env_kwargs=env_kwargs)
+    results = probe_machine(env_id, algo, hidden_sizes, budget_s, progress=progress, env_kwargs=env_kwargs,
+                            critic_hidden_sizes=critic_hidden_sizes)
     try:
         cache.save_results(results, path)
     except OSError as exc:  # an unwritable cache costs the next run a re-probe, nothing else

@@ -68,7 +68,8 @@ def report_text(r: ProbeResults) -> str:
     for n, rate in sorted(r.env.per_sampler.items()):
         lines.append(f"  sampler with {n} env(s), batched {rate.value:12,.0f} steps/s{_flag(rate)}")
     lines += _parallel_lines(r)
-    lines.append(f"updates ({r.algo}, hidden {'x'.join(map(str, r.hidden_sizes))}): replay sample + copy to the "
+    critic = f", critic {'x'.join(map(str, r.critic_hidden_sizes))}" if r.critic_hidden_sizes else ""
+    lines.append(f"updates ({r.algo}, hidden {'x'.join(map(str, r.hidden_sizes))}{critic}): replay sample + copy to the "
                  "device + one update of each half")
     for c in r.updates:
         lines.append(f"  {c.device}, {c.threads} torch thread(s), {c.precision}; stopped: {c.stop_reason or 'n/a'}")

@@ -169,6 +169,7 @@ class ProbeResults:
     updates: list[UpdateCurve] = field(default_factory=list)
     load_after: float = 0.0
     schema: int = SCHEMA_VERSION
+    critic_hidden_sizes: list[int] = field(default_factory=list)  # [] = hidden_sizes (the file's name says which)
 
     def curves(self, device: str) -> list[UpdateCurve]:
         return [c for c in self.updates if c.device == device]

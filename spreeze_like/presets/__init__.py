@@ -65,6 +65,7 @@ PRESET_FIELDS: dict[str, type] = {
     "policy_noise": float,
     "noise_clip": float,
     "hidden_sizes": tuple,
+    "critic_hidden_sizes": tuple,
 }
 
 

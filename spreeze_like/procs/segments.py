@@ -238,7 +238,7 @@ def vector_sizes(spec: Any) -> tuple[int, int]:
     actor_widths = [spec.obs_dim, *hidden]
     actor = sum(linear(i, o) for i, o in itertools.pairwise(actor_widths))
     actor += (2 if gaussian else 1) * linear(actor_widths[-1], spec.act_dim)
-    q_widths = [spec.obs_dim + spec.act_dim, *hidden]
+    q_widths = [spec.obs_dim + spec.act_dim, *spec.critic_widths]
     q = sum(linear(i, o) for i, o in itertools.pairwise(q_widths)) + linear(q_widths[-1], 1)
     if spec.algo == "crossq":
         q += 4 * sum(q_widths)

@@ -135,8 +135,11 @@ def fake_probe(monkeypatch, tmp_path):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     calls = []
 
-    def fake(env_id, algo, hidden_sizes, budget_s, devices=None, progress=print, env_kwargs=None):
+    def fake(env_id, algo, hidden_sizes, budget_s, devices=None, progress=print, env_kwargs=None,
+             critic_hidden_sizes=()):
         calls.append(env_id if not env_kwargs else (env_id, dict(env_kwargs)))
+        if critic_hidden_sizes:
+            calls[-1] = (env_id, tuple(hidden_sizes), tuple(critic_hidden_sizes))
         results = load(REAL)
         results.schema = SCHEMA_VERSION  # what a fresh probe writes (the recording itself is of schema 2)
         return results
@@ -168,6 +171,12 @@ def test_results_are_cached_per_machine_and_env_and_reprobe_refreshes(fake_probe
     assert not cached and fake_probe[-1] == ("Pendulum-v1", {"g": 5.0}) and kw_path != path
     _, _, cached = probe.load_or_probe("Pendulum-v1", progress=lambda s: None, env_kwargs={"g": 5.0})
     assert cached and len(fake_probe) == 4
+    # a critic of other widths costs another time per update: measured with them, in a file of its own
+    _, q_path, cached = probe.load_or_probe("Pendulum-v1", progress=lambda s: None, critic_hidden_sizes=(512, 512))
+    assert not cached and fake_probe[-1] == ("Pendulum-v1", (256, 256), (512, 512))
+    assert q_path.name.endswith("sac-256x256-q512x512.json") and q_path != path
+    # the same widths as the actor's is the same network: the same file
+    assert cache.cache_path(hardware.fingerprint(), "Pendulum-v1", "sac", (256, 256), None, (256, 256)) == path
 
 
 @pytest.mark.parametrize("content", ["{not json", json.dumps({"schema": SCHEMA_VERSION - 1})])

@@ -35,17 +35,34 @@ def meta_vector_sizes(spec: AlgoSpec) -> tuple[int, int]:
 
     with torch.device("meta"):
         actor = actor_class(spec.algo)(spec.obs_dim, spec.act_dim, spec.hidden_sizes)
-        critic = critic_class(spec.algo)(spec.obs_dim, spec.act_dim, spec.hidden_sizes, spec.n_q)
+        critic = critic_class(spec.algo)(spec.obs_dim, spec.act_dim, spec.critic_widths, spec.n_q)
     extra = int(getattr(_classes(spec.algo)[1], "n_extra_critic_state", 0))
     critic_state = [*critic.parameters(), *running_statistics(critic)]
     return sum(p.numel() for p in actor.parameters()), sum(t.numel() for t in critic_state) + extra
 
 
 @pytest.mark.parametrize("algo", ["sac", "td3", "ddpg", "crossq"])
-@pytest.mark.parametrize("hidden", [(256, 256), (64,), (32, 48, 16)])
-def test_vector_sizes_match_the_networks(algo, hidden):
-    spec = AlgoSpec(algo=algo, obs_dim=17, act_dim=6, hidden_sizes=hidden)
+@pytest.mark.parametrize("hidden, critic", [((256, 256), ()), ((64,), ()), ((32, 48, 16), ()),
+                                            ((256, 256), (2048, 2048)), ((64, 64), (32,))])
+def test_vector_sizes_match_the_networks(algo, hidden, critic):
+    spec = AlgoSpec(algo=algo, obs_dim=17, act_dim=6, hidden_sizes=hidden, critic_hidden_sizes=critic)
     assert vector_sizes(spec) == meta_vector_sizes(spec)
+
+
+def test_a_parallel_run_with_critics_of_their_own_widths(tmp_path):
+    """The weight boards are sized from vector_sizes: a critic wider than the actor (CrossQ, 64 against 32-32)
+    runs through them in both directions and the checkpoint holds the critic as given."""
+    from spreeze_like.checkpoint import load_latest
+
+    proc = run_cli(*TINY_ARGS, "--algo", "crossq", "--critic-hidden-sizes", "64", "--total-steps", "600",
+                   "--logdir", str(tmp_path))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path)
+    payload, _ = load_latest(run_dir)
+    critic = payload["roles"]["critic-learner"]["part"]["modules"]["critic"]
+    assert tuple(critic["norms.1.weight"].shape) == (2 * 64,)  # the norm after the hidden layer, both Q networks
+    assert tuple(payload["roles"]["actor-learner"]["part"]["modules"]["actor"]["trunk.0.weight"].shape) == (32, 3)
+    assert_nothing_left(run_dir)
 
 
 def test_importing_the_supervisor_imports_no_torch():
