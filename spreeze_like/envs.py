@@ -239,7 +239,8 @@ def check_spaces(env: gym.Env, name: str) -> None:
     part = unflattenable_part(obs) if needs_flattening(obs) else f"observation (a {type(obs).__name__} space)"
     if part:
         raise EnvError(
-            f"{name}'s observation space {describe(obs)} has a part that cannot be flattened into a fixed-size vector: {part}; "
+            f"{name}'s observation space {describe(obs)} has a part that cannot be flattened into a fixed-size "
+            f"vector: {part}; "
             "spreeze_like's agents take one vector: drop or encode that part in a wrapper (a Box of numbers) and "
             "register the wrapped env"
         )

@@ -67,7 +67,7 @@ def unflattenable_part(space: gym.Space, where: str = "observation") -> str | No
 
 
 def describe(space: gym.Space) -> str:
-    """A short text of a space's structure: ``Dict(achieved_goal: Box(2), desired_goal: Box(2), observation: Box(4))``."""
+    """A short text of a space's structure, e.g. ``Dict(achieved_goal: Box(2), observation: Box(4))``."""
     if isinstance(space, gym.spaces.Dict):
         return "Dict(" + ", ".join(f"{key}: {describe(sub)}" for key, sub in space.spaces.items()) + ")"
     if isinstance(space, gym.spaces.Tuple):

@@ -318,12 +318,13 @@ def main(argv: list[str] | None = None) -> int:
             plan_text = plan.stdout
             print(plan_text, flush=True)
         runs: dict[str, list[dict[str, Any]]] = {name: [] for name in configs}
-        zero = random_return(env_id, env_kwargs=args.env_kwargs)  # before the runs: every snapshot below can be reported
+        zero = random_return(env_id, env_kwargs=args.env_kwargs)  # before the runs: each snapshot can be reported
         for r in range(args.rounds):
             order = list(configs)
             random.Random(r).shuffle(order)  # so that a drifting load hits no configuration systematically
             for name in order:
-                cell = run_cell(env_flags(env_id, args.env_kwargs), configs[name], args.wall, out / env_id / f"round{r}" / _slug(name), xdg)
+                cell = run_cell(env_flags(env_id, args.env_kwargs), configs[name], args.wall,
+                                out / env_id / f"round{r}" / _slug(name), xdg)
                 cell["load"] = os.getloadavg()[0]
                 runs[name].append(cell)
                 print(f"{env_id} round {r} {name}: {cell}", flush=True)

@@ -69,8 +69,8 @@ def report_text(r: ProbeResults) -> str:
         lines.append(f"  sampler with {n} env(s), batched {rate.value:12,.0f} steps/s{_flag(rate)}")
     lines += _parallel_lines(r)
     critic = f", critic {'x'.join(map(str, r.critic_hidden_sizes))}" if r.critic_hidden_sizes else ""
-    lines.append(f"updates ({r.algo}, hidden {'x'.join(map(str, r.hidden_sizes))}{critic}): replay sample + copy to the "
-                 "device + one update of each half")
+    lines.append(f"updates ({r.algo}, hidden {'x'.join(map(str, r.hidden_sizes))}{critic}): replay sample + copy to "
+                 "the device + one update of each half")
     for c in r.updates:
         lines.append(f"  {c.device}, {c.threads} torch thread(s), {c.precision}; stopped: {c.stop_reason or 'n/a'}")
         lines.append(f"    {'batch':>7} {'critic/s':>10} {'actor/s':>10} {'critic frames/s':>16} {'peak MiB':>9}")

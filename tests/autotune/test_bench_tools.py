@@ -228,7 +228,8 @@ def test_env_kwargs_reach_every_run_and_the_random_policy(tmp_path, monkeypatch,
     results keep them, a bad name is one line before anything runs, and files made with others do not merge."""
     bench = _tool("bench_autotune")
     kwargs = {"max_episode_steps": 50}
-    assert bench.env_flags("Pendulum-v1", kwargs) == ["--env", "Pendulum-v1", "--env-kwargs", '{"max_episode_steps": 50}']
+    flags = ["--env", "Pendulum-v1", "--env-kwargs", '{"max_episode_steps": 50}']
+    assert bench.env_flags("Pendulum-v1", kwargs) == flags
     assert bench.env_flags("Pendulum-v1", {}) == ["--env", "Pendulum-v1"]
     commands = []
     monkeypatch.setattr(bench, "run_cell", lambda env, flags, *a: (commands.append(env), _row(-200.0, flags=flags))[1])

@@ -166,7 +166,8 @@ def test_the_policy_acts_on_the_unwrapped_envs_dicts_as_on_the_flat_vectors(goal
 def test_evaluate_scores_it_from_the_command_line(goal_run):
     out = subprocess.run([sys.executable, "-m", "spreeze_like.evaluate", str(goal_run[0].run_dir), "--episodes", "3"],
                          capture_output=True, text=True, check=False, timeout=120,
-                         env={**os.environ, "PYTHONPATH": os.pathsep.join([TESTS_DIR, os.environ.get("PYTHONPATH", "")])})
+                         env={**os.environ,
+                              "PYTHONPATH": os.pathsep.join([TESTS_DIR, os.environ.get("PYTHONPATH", "")])})
     assert out.returncode == 0, out.stderr
     episodes = [line for line in out.stdout.splitlines() if line.startswith("episode ")]
     assert len(episodes) == 3 and all(line.endswith((", 8 steps, success", ", 8 steps, failure")) for line in episodes)
