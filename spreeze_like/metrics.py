@@ -58,7 +58,8 @@ ACTOR_LEARNER = StatsSchema(
 EVALUATOR = StatsSchema(
     "evaluator",
     counters=("evaluations",),
-    gauges=("eval_return", "eval_length", "eval_env_step", "eval_version", "eval_success"),  # success: -1 = none
+    # eval_success: the share of eval_success_n episodes that said they succeeded (0 of 0: the env says nothing)
+    gauges=("eval_return", "eval_length", "eval_env_step", "eval_version", "eval_success", "eval_success_n"),
 )
 REPLAY = StatsSchema("replay", counters=("inserted",), gauges=("size",))
 

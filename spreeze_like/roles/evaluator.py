@@ -105,7 +105,8 @@ class Evaluator:
         self.stats.set("eval_length", float(lengths.mean()))
         self.stats.set("eval_env_step", float(env_step))
         self.stats.set("eval_version", float(version))
-        self.stats.set("eval_success", -1.0 if result.success_rate is None else result.success_rate)
+        self.stats.set("eval_success", result.success_rate or 0.0)
+        self.stats.set("eval_success_n", float(len(result.successes or ())))
         self.stats.add("evaluations")
         return result
 

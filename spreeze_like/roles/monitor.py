@@ -182,6 +182,7 @@ class Monitor:
         self.sample_hz_ema: float | None = None
         self.recent_return: float | None = None
         self.last_eval: float | None = None
+        self.last_success: float | None = None  # the last evaluation's success rate, where the env says it
         self._evaluations = 0.0
         psutil.cpu_percent(interval=None)  # prime: the first real call reports use since now
 
@@ -329,8 +330,9 @@ class Monitor:
         eval_step = int(ev["eval_env_step"])
         self.writer.add_scalar("eval/episodic_return", ev["eval_return"], eval_step)
         self.writer.add_scalar("eval/episodic_length", ev["eval_length"], eval_step)
-        if ev.get("eval_success", -1.0) >= 0.0:  # the env says whether an episode reached its goal
-            self.writer.add_scalar("eval/success_rate", ev["eval_success"], eval_step)
+        self.last_success = ev["eval_success"] if ev.get("eval_success_n", 0.0) > 0 else None  # a goal env says
+        if self.last_success is not None:
+            self.writer.add_scalar("eval/success_rate", self.last_success, eval_step)
         self.curves.add("eval", now - self.session_start, eval_step, ev["eval_return"], self.eval_episodes)
 
     def progress_line(self, step: int, scalars: Mapping[str, float]) -> str:
@@ -338,7 +340,8 @@ class Monitor:
         if self.recent_return is not None:
             parts.append(f"return {self.recent_return:.1f}")
         if self.last_eval is not None:
-            parts.append(f"eval {self.last_eval:.1f}")
+            parts.append(f"eval {self.last_eval:.1f}" + (f" (success {self.last_success:.0%})"
+                                                         if self.last_success is not None else ""))
         parts.append(f"sample {scalars.get('perf/sample_hz', 0.0):.0f} Hz")
         parts.append(f"update {scalars.get('perf/update_hz', 0.0):.0f} Hz")
         hz = self.sample_hz_ema or 0.0

@@ -31,7 +31,7 @@ def test_a_dict_observation_env_trains_in_sampler_processes(tmp_path):
     record = json.loads((run_dir / "evals.jsonl").read_text().splitlines()[-1])  # the final evaluation's
     won = sum(record["successes"])
     assert len(record["successes"]) == 2 and f", success {won}/2 after 800 env steps" in final, final
-    assert counters["evaluator"]["eval_success"] == won / 2
+    assert counters["evaluator"]["eval_success"] == won / 2 and counters["evaluator"]["eval_success_n"] == 2
     assert scalars(run_dir)["eval/success_rate"] == [(800, won / 2)]
     assert_nothing_left(run_dir)
 

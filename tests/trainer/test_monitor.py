@@ -62,7 +62,7 @@ def test_rates_means_and_eval(tmp_path):
     clock.t += 2.0
     assert monitor.poll()
     assert not monitor.poll()  # within tb_interval
-    assert lines and "step 600/1,000" in lines[0] and "return -200.0" in lines[0] and "eval -150.0" in lines[0]
+    assert lines and "step 600/1,000" in lines[0] and "return -200.0" in lines[0] and "eval -150.0 |" in lines[0]
     monitor.close()
     got = scalars(tmp_path)
     last = {tag: values[-1] for tag, values in got.items()}
@@ -73,8 +73,34 @@ def test_rates_means_and_eval(tmp_path):
     assert got["losses/qf1_loss"][0][1] == pytest.approx(0.5)
     assert got["losses/actor_loss"][0][1] == pytest.approx(-2.0)
     assert got["eval/episodic_return"] == [(560, pytest.approx(-150.0))]  # once, at its own step
+    assert "eval/success_rate" not in got and "charts/success_rate" not in got  # the env said nothing of success
     assert "hw/cpu_percent" in got and "hw/mem_used" in got
     assert any("hyperparameters" in t for t in text_tags(tmp_path))
+
+
+def test_success_rates_where_the_env_says_them(tmp_path):
+    """A goal env's episodes: the training share pooled over the samplers' episodes that said it, the evaluation's
+    share at its step, and the progress line beside the eval return."""
+    block, clock, lines = LocalStatsBlock(stats_schema(2)), Clock(), []
+    monitor = Monitor(tmp_path, block.snapshot, {"env": "X", "seed": 1}, total_steps=1000, start_step=0,
+                      tb_interval=1.0, log_interval=1.0, print_fn=lines.append, clock=clock)
+    s0, s1, ev = block.role("sampler-0"), block.role("sampler-1"), block.role("evaluator")
+    s0.add("env_steps", 100)
+    for sampler, won in ((s0, 1.0), (s0, 0.0), (s1, 1.0), (s1, 1.0)):
+        observe(sampler, "episodic_return", -1.0)
+        observe(sampler, "episodic_success", won)
+    ev.set("eval_return", -2.0)
+    ev.set("eval_env_step", 100)
+    ev.set("eval_success", 0.75)
+    ev.set("eval_success_n", 4)
+    ev.add("evaluations")
+    clock.t += 2.0
+    assert monitor.poll()
+    assert "eval -2.0 (success 75%)" in lines[0]
+    monitor.close()
+    got = scalars(tmp_path)
+    assert got["charts/success_rate"] == [(100, pytest.approx(0.75))]  # 3 of the 4 training episodes
+    assert got["eval/success_rate"] == [(100, pytest.approx(0.75))]
 
 
 def test_the_curve_ends_at_the_final_step_even_right_after_a_point(tmp_path):
