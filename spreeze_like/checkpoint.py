@@ -277,10 +277,9 @@ def check_compatible(payload: dict[str, Any], env: str, algo: str, path: str | P
             f"resume without --hidden-sizes (or with --hidden-sizes {widths}), or start a new run without --resume"
         )
     # the critic's widths as built: its own, else the actor's (a checkpoint from before the flag: the actor's)
-    then_critic = tuple(saved.get("critic_hidden_sizes") or ()) or (tuple(then) if isinstance(then, (list, tuple))
-                                                                     else None)
-    now_critic = tuple(critic_hidden_sizes or ()) or (tuple(hidden_sizes) if hidden_sizes is not None else None)
-    if then_critic is not None and now_critic is not None and then_critic != now_critic:
+    then_critic = tuple(saved.get("critic_hidden_sizes") or (then if isinstance(then, (list, tuple)) else ()))
+    now_critic = tuple(critic_hidden_sizes or hidden_sizes or ())
+    if then_critic and now_critic and then_critic != now_critic:
         widths = " ".join(map(str, then_critic))
         raise CheckpointError(
             f"checkpoint {path} holds critics with hidden widths {widths}, not {' '.join(map(str, now_critic))}; "

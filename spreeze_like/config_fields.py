@@ -39,7 +39,8 @@ def typed_value(tp: Any, value: Any) -> tuple[bool, Any]:
 
     ``tp`` is bool, int, float, str, a tuple of whole numbers (``tuple`` or ``tuple[int, ...]``:
     a JSON or TOML array), or a dict (a JSON object or TOML table). A bool is not a number here, an int
-    is a float (converted), and an array becomes a tuple. Any other type is taken as it is (the config's own checks follow).
+    is a float (converted), and an array becomes a tuple. Any other type is taken as it is (the config's own
+    checks follow).
     """
     if tp is bool:
         return isinstance(value, bool), value

@@ -94,8 +94,8 @@ TAGS = {
     "eval/episodic_return": "mean return of the deterministic evaluation episodes, at the env step they began",
     "charts/success_rate": "share of the episodes finished in the period whose last step said info['is_success'] "
                            "(or 'success'): goal envs only",
-    "eval/success_rate": "share of those episodes whose last step said info['is_success'] (or 'success'): goal envs "
-                         "only",
+    "eval/success_rate": "share of the deterministic evaluation episodes whose last step said info['is_success'] "
+                         "(or 'success'): goal envs only",
     "perf/sample_hz": "env steps per second over the last period, all samplers",
     "perf/update_hz": "critic updates per second over the last period",
     "perf/update_frames_hz": "transitions consumed by critic updates per second (update_hz x batch size)",

@@ -25,7 +25,10 @@ Decisions:
   as slowly as plain SAC does without HER; use its ``Dense`` variant. Relabelling needs the reward
   function and episode boundaries in replay and is not built.
 
-Cost: a walk over the parts and one ``flatten`` per observation, microseconds beside a MuJoCo step.
+Cost, on the hot path of every sampler step (measured on PointMaze_UMazeDense-v3's observation, 2-core
+EPYC, 2026-11-29): 7 us for a Dict or Tuple of Boxes, checked and joined by :func:`_join_box_parts`; 16-18 us
+through the general :func:`check_observation` walk and gymnasium's ``flatten`` (other part kinds, and every
+observation that does not fit, to name the part). The env's own step there takes 54 us.
 """
 
 from __future__ import annotations
@@ -123,6 +126,7 @@ class FlatObservation(gym.Wrapper):
         self.structured_space = env.observation_space
         self.observation_space = gym.spaces.flatten_space(self.structured_space)
         self.name = name
+        self._box_parts = _box_parts(self.structured_space)
 
     def reset(self, **kwargs: Any) -> tuple[np.ndarray, dict]:
         obs, info = self.env.reset(**kwargs)
@@ -133,7 +137,36 @@ class FlatObservation(gym.Wrapper):
         return self.flat(obs, "step"), reward, terminated, truncated, info
 
     def flat(self, obs: Any, method: str) -> np.ndarray:
-        return flatten_observation(self.structured_space, obs, self.name, method)
+        if self._box_parts is not None:  # the common case (a goal env's Dict of Boxes): checked and joined here
+            joined = _join_box_parts(self._box_parts, obs, isinstance(self.structured_space, gym.spaces.Dict))
+            if joined is not None:
+                return joined
+        return flatten_observation(self.structured_space, obs, self.name, method)  # also names what does not fit
+
+
+def _box_parts(space: gym.Space) -> list[tuple[Any, gym.spaces.Box]] | None:
+    """``[(key or index, Box)]`` of a Dict or Tuple whose parts are all Boxes, in flattening order; else None."""
+    if not isinstance(space, _NESTED):
+        return None
+    items = space.spaces.items() if isinstance(space, gym.spaces.Dict) else enumerate(space.spaces)
+    parts = [(key, sub) for key, sub in items if isinstance(sub, gym.spaces.Box)]
+    return parts if len(parts) == len(space.spaces) else None
+
+
+def _join_box_parts(parts: list[tuple[Any, gym.spaces.Box]], obs: Any, is_dict: bool) -> np.ndarray | None:
+    """The parts of ``obs`` joined as ``gymnasium.spaces.flatten`` joins them (each cast to its Box's dtype first),
+    or None where anything does not fit, for :func:`flatten_observation` to say what: the same checks as
+    :func:`check_observation`, without its walk (7 us against 16-18 us: the module docstring)."""
+    if not isinstance(obs, Mapping if is_dict else (tuple, list)) or len(obs) != len(parts):
+        return None
+    try:
+        arrays = [np.asarray(obs[key]) for key, _ in parts]
+    except (KeyError, IndexError, TypeError, ValueError):  # a missing key; a ragged part
+        return None
+    for array, (_, box) in zip(arrays, parts):
+        if array.shape != box.shape or array.dtype.kind not in REAL_KINDS:
+            return None
+    return np.concatenate([array.astype(box.dtype, copy=False).reshape(-1) for array, (_, box) in zip(arrays, parts)])
 
 
 def flatten_observation(space: gym.Space, obs: Any, name: str, method: str) -> np.ndarray:

@@ -244,7 +244,8 @@ def main(argv: list[str] | None = None) -> dict:
               f"{torch.get_num_threads()}; ours 1 per process; peers {args.sb3_threads or torch.get_num_threads()}")
         made_with = f" (--env-kwargs {json.dumps(args.env_kwargs)})" if args.env_kwargs else ""
         print(f"{args.env}{made_with}: {args.total_steps} env steps, learning_starts {args.learning_starts}, "
-              f"eval every {args.eval_every} x {args.eval_episodes} episodes, peers' lr {args.sb3_lr:g}, seeds {args.seeds}")
+              f"eval every {args.eval_every} x {args.eval_episodes} episodes, peers' lr {args.sb3_lr:g}, "
+              f"seeds {args.seeds}")
         for serial, device in ours_devices.items():
             print(f"  ours-{'serial' if serial else 'parallel'} on {device}")
         for peer, device in peer_devices.items():

@@ -3,7 +3,8 @@
 Every side trains on the env id ``peers_record:SpzBench/Recorded-v0``: the base env (named by
 ``SPZ_BENCH_BASE_ENV``, made with the ``gymnasium.make`` keyword arguments of
 ``SPZ_BENCH_BASE_ENV_KWARGS``, a JSON object: the benchmark's ``--env-kwargs``) inside
-:class:`EpisodeRecorder`, which appends every finished episode (end wall time, return, length) to a CSV file of its own in the folder named by ``SPZ_BENCH_EPISODE_DIR``.
+:class:`EpisodeRecorder`, which appends every finished episode (end wall time, return, length) to a CSV file
+of its own in the folder named by ``SPZ_BENCH_EPISODE_DIR``.
 Our samplers and evaluator make it through the ``module:EnvId`` entry point (this module is imported
 by name in our spawned processes: the benchmark puts ``tools/`` on ``PYTHONPATH``), the peers through
 ``gym.make``, so the same code records all. Our evaluator's envs are told apart by the module that

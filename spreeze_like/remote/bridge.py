@@ -193,7 +193,8 @@ class Bridge:
     def _create(self, slot: RemoteSlot, now: float) -> None:
         restored_steps, restored_episodes = self.restored.get(slot.index, (0, 0))
         init = {"env_id": self.cfg.env, "env_kwargs": self.cfg.env_kwargs, "spec": self.spec, "index": slot.index,
-                "n_envs": self.n_envs, "random_steps": self.random_steps, "generation": self.generation + 1000 * slot.restarts,
+                "n_envs": self.n_envs, "random_steps": self.random_steps,
+                "generation": self.generation + 1000 * slot.restarts,
                 "env_steps": int(restored_steps + slot.row.get("env_steps")),
                 "episodes": int(restored_episodes + slot.row.get("episodes"))}
         slot.actor = self.cluster.create(slot.index, init)

@@ -83,7 +83,7 @@ class Evaluator:
         returns = np.zeros(n, dtype=np.float64)
         lengths = np.zeros(n, dtype=np.int64)
         running = np.ones(n, dtype=bool)
-        success: list[bool | None] = [None] * n  # from each episode's last step
+        last_info: list[dict] = [{}] * n  # each episode's last step's, read once at the end for its success
         for _ in range(self.max_steps):
             actions = self.policy.act_deterministic(obs)
             for i in np.flatnonzero(running):
@@ -91,12 +91,13 @@ class Evaluator:
                 obs[i] = obs_vector(o, self._obs_shape, self.env_id, "step")  # refuses a wrong shape or dtype
                 returns[i] += float(r)
                 lengths[i] += 1
-                success[i] = episode_success(info)
+                last_info[i] = info
                 if terminated or truncated:
                     running[i] = False
             self.beat()
             if not running.any():
                 break
+        success = [episode_success(info) for info in last_info]
         successes = None if None in success else tuple(bool(s) for s in success)
         result = EvalResult(env_step, float(returns.mean()), tuple(returns.tolist()), tuple(lengths.tolist()), version,
                             successes)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import subprocess
 import sys
 import warnings
@@ -173,3 +174,26 @@ def test_evaluate_scores_it_from_the_command_line(goal_run):
     assert len(episodes) == 3 and all(line.endswith((", 8 steps, success", ", 8 steps, failure")) for line in episodes)
     won = sum(line.endswith("success") for line in episodes)
     assert out.stdout.splitlines()[-1].endswith(f"over 3 episodes, success {won}/3"), out.stdout
+
+
+def test_a_dict_of_boxes_takes_the_short_way_with_the_same_vector_and_errors():
+    """FlatObservation joins a Dict or Tuple of Boxes itself (7 us against 16-18 us): the same float32 vector as
+    gymnasium's flatten, and whatever does not fit goes the general way, which names the part."""
+    from spreeze_like.structured_obs import FlatObservation
+
+    class Env(gym.Env):
+        observation_space = gym.spaces.Dict({"b": gym.spaces.Box(-9, 9, (2, 2), np.int64),
+                                             "a": gym.spaces.Box(-1, 1, (2,), np.float32)})
+        action_space = gym.spaces.Box(-1, 1, (1,), np.float32)
+
+    wrapper = FlatObservation(Env(), "Mine-v0")
+    assert wrapper._box_parts is not None  # the short way is taken
+    good = {"a": np.array([0.25, -0.5], np.float64), "b": [[1, 2], [3, 4]]}
+    general = flatten_observation(wrapper.structured_space, good, "Mine-v0", "step")
+    np.testing.assert_array_equal(wrapper.flat(good, "step").astype(np.float32), general.astype(np.float32))
+    for bad, fragment in (({"a": good["a"]}, "missing ['b']"), ({**good, "c": 1}, "extra ['c']"),
+                          ({**good, "a": np.zeros(3)}, "observation['a'] has shape (3,)"),
+                          ({**good, "b": np.zeros((2, 2), np.complex64)}, "dtype complex64"),
+                          ([good["a"], good["b"]], "is a list, not a dict")):
+        with pytest.raises(EnvError, match=re.escape(fragment)):
+            wrapper.flat(bad, "step")
