@@ -8,8 +8,9 @@ module that fails to import for any other reason (a SyntaxError, an exception at
 that raises, a non-Box action space (we train continuous-action agents only), an action Box that cannot
 be rescaled (integer or boolean dtype, low == high in a dimension, bounds non-finite or beyond
 :data:`MAX_ACTION_BOUND`), an observation space that cannot be flattened to a fixed-size vector (a Text,
-Graph or Sequence part), an env that raises on reset, and an observation from ``reset`` or ``step`` whose
-shape is not the declared one or whose dtype is not a real number.
+Graph or Sequence part), an env that raises on reset or on its first step, a first step that returns no
+gymnasium 5-tuple or no single real reward, and an observation from ``reset`` or ``step`` whose shape is not
+the declared one or whose dtype is not a real number.
 
 Actions: every agent acts in ``[-1, 1]^act_dim`` (tanh-squashed or clipped) and the env is wrapped
 in ``RescaleAction`` so the env sees its own bounds. Replay therefore stores normalised actions,
@@ -246,10 +247,15 @@ def check_spaces(env: gym.Env, name: str) -> None:
         )
 
 
-def env_info(env: str, env_kwargs: Mapping[str, Any] | None = None) -> EnvInfo:
-    """Make one env to read its sizes, then close it. Raises EnvError if the env is unusable."""
+def env_info(env: str, env_kwargs: Mapping[str, Any] | None = None, first_step: bool = False) -> EnvInfo:
+    """Make one env to read its sizes, then close it. Raises EnvError if the env is unusable.
+
+    ``first_step``: also reset it and take one step (:func:`check_first_step`), which the gates before a run
+    or a benchmark spawns anything ask for; the roles that only need the sizes do not."""
     instance = make_env(env, env_kwargs=env_kwargs)
     try:
+        if first_step:
+            check_first_step(instance, env, env_kwargs)
         limit = instance.spec.max_episode_steps if instance.spec is not None else None
         return EnvInfo(
             env_id=env,
@@ -260,6 +266,49 @@ def env_info(env: str, env_kwargs: Mapping[str, Any] | None = None) -> EnvInfo:
         )
     finally:
         instance.close()
+
+
+def check_first_step(env: gym.Env, name: str, env_kwargs: Mapping[str, Any] | None = None) -> None:
+    """Reset ``env`` and step it once with the zero action (the middle of every rescaled Box); raise EnvError if
+    either raises or returns what a sampler cannot use.
+
+    Why here: an env whose ``step`` always fails (a ``--env-kwargs`` value its constructor stores and its step
+    cannot use, ``{"g": "x"}`` on Pendulum-v1; an old-gym 4-tuple; a reward of None) used to pass every check
+    before the samplers started, then crash each sampler on its first step: a crash loop of 10 restarts with
+    back-off, about 3 minutes, before the run failed with exit status 1 (measured 2026-11-29). One step in
+    the planning process makes that the usual one ``error:`` line, exit status 2, before a run folder exists.
+    An env that fails only later, or only at random, is still the supervisor's to restart."""
+    made_with = f" made with --env-kwargs {json.dumps(dict(env_kwargs))}" if env_kwargs else ""
+    fix = ("check the names and values against the env's constructor" if env_kwargs
+           else "fix the env or pick another")
+    old_api = EnvError(f"env {name!r}: its step() returns old gym's 4-tuple; gymnasium envs return (observation, "
+                       "reward, terminated, truncated, info): port the env to the gymnasium API")
+    # gymnasium's checker warns of what it finds on a first step (a None reward...): not above our one line,
+    # and not twice either way, since every sampler's and the serial run's own env warns on its first step
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        reset_env(env, name, seed=0)
+        action = np.zeros(env.action_space.shape, dtype=env.action_space.dtype)
+        try:
+            result = env.step(action)
+        except EnvError:  # a structured observation that does not fit its space: already one line
+            raise
+        except Exception as exc:  # noqa: BLE001 - user env code: one line, whatever it raised
+            if isinstance(exc, ValueError) and "(expected 5, got 4)" in str(exc):  # a gymnasium wrapper unpacked it
+                raise old_api from None
+            raise EnvError(f"env {name!r}{made_with} raised {describe_exception(exc)} on its first step() (the "
+                           f"zero action after reset(seed=0)); {fix}") from None
+    if not isinstance(result, tuple) or len(result) != 5:  # an env made without gymnasium's wrappers
+        raise old_api
+    obs, reward, terminated, truncated, _ = result
+    obs_vector(obs, env.observation_space.shape, name, "step")
+    value = np.asarray(reward)
+    if value.size != 1 or value.dtype.kind not in REAL_KINDS:
+        raise EnvError(f"env {name!r}{made_with} returned the reward {reward!r:.60} ({value.size} value(s) of dtype "
+                       f"{value.dtype}) from step(); a reward must be one real number: {fix}")
+    for flag, what in ((terminated, "terminated"), (truncated, "truncated")):
+        if np.asarray(flag).size != 1:
+            raise EnvError(f"env {name!r} returned {what}={flag!r:.60} from step(); it must be one bool: {fix}")
 
 
 def reset_env(env: gym.Env, name: str, seed: int | None = None) -> np.ndarray:

@@ -111,7 +111,8 @@ def _plan(config: TrainConfig, print_fn: Callable[[str], None], explicit: Collec
         config, plan = autotune(config, set(given), print_fn)
         given = mark_planned(given, plan)
     resolved = config.resolve()
-    info = env_info(resolved.env, resolved.env_kwargs)  # a bad env fails here, before a run folder is made for it
+    # a bad env fails here, before a run folder is made for it; so does one whose first step raises
+    info = env_info(resolved.env, resolved.env_kwargs, first_step=True)
     if info.structured_obs_space is not None:
         print_fn(f"[spreeze] observations: {describe(info.structured_obs_space)}, flattened into {info.obs_dim} "
                  "inputs in that order")

@@ -291,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         for env_id in args.envs:  # a bad env or kwargs: one line now, not a failed row per run
-            env_info(env_id, args.env_kwargs)
+            env_info(env_id, args.env_kwargs, first_step=True)
     except SpreezeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -42,7 +42,7 @@ def measure(env_id: str, procs: list[int], ks: list[int], seconds: float, repeat
     from spreeze_like.autotune.sampler_scaling import measure_scaling
     from spreeze_like.envs import env_info
 
-    info = env_info(env_id)  # a bad env fails here, in one line, before anything is spawned
+    info = env_info(env_id, first_step=True)  # a bad env fails here, in one line, before anything is spawned
     spec = {"algo": algo, "obs_dim": info.obs_dim, "act_dim": info.act_dim, "hidden_sizes": hidden}
     best: dict[int, dict[int, Any]] = {}
     for r in range(repeats):

@@ -135,7 +135,7 @@ def probe_machine(
     if not budget_s >= MIN_BUDGET_S:
         raise ConfigError(f"probe budget {budget_s} s is too small; give at least {MIN_BUDGET_S} s (default "
                           f"{DEFAULT_BUDGET_S:.0f} s)")
-    info = env_info(env_id, env_kwargs)  # a bad env fails here, in one line, before anything is spawned
+    info = env_info(env_id, env_kwargs, first_step=True)  # a bad env fails here, in one line, before any spawn
     t0 = time.monotonic()
     hw = hardware.probe_hardware()
     gpus = ", ".join(f"{g.device} {g.name} {g.total_memory / 2**30:.0f} GiB" for g in hw.gpus) or f"none ({hw.gpu_note})"

@@ -105,7 +105,8 @@ def test_an_env_raising_in_step_ends_a_serial_run_with_its_traceback_then_one_li
     line naming the step, the exception and the last good checkpoint, exit status 1; the run then resumes from
     that checkpoint. Before: the traceback alone, exit status 1, nothing said of what there was to resume."""
     pythonpath = os.pathsep.join([TESTS_DIR, os.environ.get("PYTHONPATH", "")])
-    crash = {**cli_env(), "PYTHONPATH": pythonpath, "SPZ_TEST_RAISE_ROLE": "MainProcess", "SPZ_TEST_RAISE_AFTER": "250"}
+    # 251 steps of this process: the CLI's first-step check (envs.check_first_step) is one, the run's are 250
+    crash = {**cli_env(), "PYTHONPATH": pythonpath, "SPZ_TEST_RAISE_ROLE": "MainProcess", "SPZ_TEST_RAISE_AFTER": "251"}
     args = [sys.executable, "-m", "spreeze_like.run", *TINY_ARGS, "--env", TINY + "TinyFlaky-v0", "--serial",
             "--total-steps", "400", "--checkpoint-every", "100", "--logdir", str(tmp_path / "runs")]
     proc = subprocess.run(args, check=False, capture_output=True, text=True, timeout=240, env=crash)
@@ -122,3 +123,44 @@ def test_an_env_raising_in_step_ends_a_serial_run_with_its_traceback_then_one_li
                              env={**cli_env(), "PYTHONPATH": pythonpath})
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "after 400 env steps" in resumed.stdout
+
+
+@pytest.mark.parametrize(
+    "mode, fragments",
+    [
+        ("raise", ["made with --env-kwargs {\"mode\": \"raise\"} raised TypeError at tiny_envs.py:",
+                   "on its first step()", "check the names and values against the env's constructor"]),
+        ("old_api", ["its step() returns old gym's 4-tuple", "port the env to the gymnasium API"]),
+        ("no_reward", ["returned the reward None", "a reward must be one real number"]),
+        ("two_rewards", ["(2 value(s) of dtype float64)", "a reward must be one real number"]),
+    ],
+)
+def test_an_env_whose_every_step_fails_ends_a_parallel_run_with_one_line_before_anything_starts(tmp_path, mode,
+                                                                                                  fragments):
+    """Until 2026-11-29 these passed every check made before the samplers started; then each sampler died on
+    its first step, was restarted ten times with back-off (about 3 minutes of a crash loop), and the run failed
+    with exit status 1. Now the planning process resets the env and steps it once: one line, exit status 2, no
+    run folder, no process started. Run as a user's shell runs it (warnings shown): gymnasium's checker warns
+    of a None reward before that step returns, and that warning must not stand above the line either."""
+    pythonpath = os.pathsep.join([TESTS_DIR, os.environ.get("PYTHONPATH", "")])
+    env = {k: v for k, v in cli_env().items() if k != "PYTHONWARNINGS"}
+    proc = subprocess.run([sys.executable, "-m", "spreeze_like.run", *TINY_ARGS, "--env", TINY + "TinyOddStep-v0",
+                           "--env-kwargs", f'{{"mode": "{mode}"}}', "--total-steps", "2000",
+                           "--logdir", str(tmp_path / "runs")],
+                          check=False, capture_output=True, text=True, timeout=120, env={**env, "PYTHONPATH": pythonpath})
+    line = the_error_line(proc)
+    assert proc.stderr.strip() == line, proc.stderr[-3000:]  # nothing else on stderr: no warning, no traceback
+    for fragment in fragments:
+        assert fragment in line, line
+    assert "restart" not in proc.stdout, proc.stdout[-3000:]  # no sampler ever started
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_an_env_whose_step_works_passes_the_first_step_check_and_trains(tmp_path):
+    """The check's control: the same env with its default mode runs to the end in parallel mode."""
+    proc = run_cli("--env", TINY + "TinyOddStep-v0", "--env-kwargs", '{"mode": "ok"}', "--total-steps", "600",
+                   "--logdir", str(tmp_path / "runs"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = only_run_dir(tmp_path / "runs")
+    assert read_status(run_dir)["env_steps"] == 600
+    assert_nothing_left(run_dir)

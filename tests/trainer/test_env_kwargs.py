@@ -80,6 +80,23 @@ def test_a_name_the_env_does_not_take_is_one_line_naming_the_flag():
                           "--env-kwargs", "gravity_typo")
 
 
+def test_a_value_only_the_step_uses_is_one_line_before_any_process_starts(tmp_path):
+    """Pendulum-v1 stores ``g`` in its constructor and first uses it in ``step``: a string there passed every
+    check made before the samplers started, and each sampler then crashed on its first step, a crash loop of
+    about 3 minutes (10 restarts with back-off) that ended with exit status 1 (measured 2026-11-29, parallel
+    mode). The planning process now steps the env once: one line, exit status 2, no run folder."""
+    with pytest.raises(EnvError) as err:
+        env_info("Pendulum-v1", {"g": "x"}, first_step=True)
+    message = str(err.value)
+    assert '--env-kwargs {"g": "x"}' in message and "raised TypeError at pendulum.py:" in message
+    assert "on its first step()" in message and "\n" not in message
+    assert env_info("Pendulum-v1", {"g": "x"}).obs_dim == 3  # only the sizes: no step, as the roles ask
+    logdir = tmp_path / "runs"
+    assert_one_line_error(run_cli("--env-kwargs", '{"g": "x"}', "--total-steps", "300", "--logdir", str(logdir)),
+                          '--env-kwargs {"g": "x"}', "on its first step()", "TypeError")
+    assert not logdir.exists()
+
+
 def test_the_probe_cache_is_another_file_per_set_of_kwargs():
     plain = cache_path("fp", "HalfCheetah-v5", "sac", (256, 256))
     assert cache_path("fp", "HalfCheetah-v5", "sac", (256, 256), {}) == plain

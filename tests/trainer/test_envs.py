@@ -212,3 +212,30 @@ def test_mujocos_settotalmass_deprecation_is_dropped_and_its_other_warnings_stil
     assert "settotalmass" not in proc.stderr + proc.stdout
     assert "WARNING: Nan, Inf or huge value in QPOS" in proc.stderr, proc.stderr[-2000:]
     assert not (tmp_path / "MUJOCO_LOG.TXT").exists()
+
+
+@pytest.mark.parametrize(
+    "mode, fragment",
+    [
+        ("raise", "raised TypeError at tiny_envs.py:"),
+        ("old_api", "its step() returns old gym's 4-tuple"),
+        ("no_reward", "returned the reward None (1 value(s) of dtype object)"),
+        ("two_rewards", "(2 value(s) of dtype float64) from step()"),
+    ],
+)
+def test_an_env_whose_first_step_fails_is_refused_by_the_first_step_check(mode, fragment):
+    with pytest.raises(EnvError) as info:
+        env_info(TINY + "TinyOddStep-v0", {"mode": mode}, first_step=True)
+    assert fragment in str(info.value) and "\n" not in str(info.value)
+    assert env_info(TINY + "TinyOddStep-v0", {"mode": mode}).act_dim == 1  # sizes only: nothing stepped
+
+
+def test_the_first_step_check_passes_envs_that_step():
+    assert env_info(TINY + "TinyOddStep-v0", first_step=True).obs_dim == 2
+    assert env_info(TINY + "TinyObsFloat64-v0", first_step=True).obs_dim == 2  # float64 in a float32 Box: accepted
+    assert env_info("Pendulum-v1", first_step=True).max_episode_steps == 200
+
+
+def test_the_first_step_check_refuses_an_env_that_raises_on_reset():
+    with pytest.raises(EnvError, match="raised RuntimeError on reset: simulator failed"):
+        env_info(TINY + "TinyBadReset-v0", first_step=True)

@@ -29,6 +29,10 @@ Odd envs that must be refused with one ``error:`` line (audit findings 10, 11, 1
 * ``TinyObsComplex-v0``: observations from ``step`` are complex64 (casting drops the imaginary part).
 * ``TinyObsFloat64-v0``: declares float32 but returns float64 from reset and step (accepted: see test_envs).
 * ``TinyCtorRaises-v0``: the constructor raises RuntimeError.
+* ``TinyOddStep-v0`` with ``--env-kwargs {"mode": ...}``: a constructor argument that only ``step`` uses, as
+  Pendulum-v1's ``g``: ``"raise"`` raises TypeError on every step (a kwarg value the step cannot use),
+  ``"old_api"`` returns old gym's 4-tuple, ``"no_reward"`` a reward of None, ``"two_rewards"`` a reward of 2
+  values; ``"ok"`` (the default) steps as TinyWalk.
 
 Every Tiny* env, when ``SPZ_TEST_ENV_MAKERS`` names a folder, leaves an empty file
 ``<process name>.<pid>`` there as it is made: a test can see which roles make envs.
@@ -110,6 +114,24 @@ class TinyCtorRaises(TinyWalk):
         raise RuntimeError("simulator licence not found")
 
 
+class TinyOddStep(TinyWalk):
+    def __init__(self, mode: str = "ok") -> None:
+        super().__init__()
+        self.mode = mode
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = super().step(action)
+        if self.mode == "raise":
+            return obs, reward / self.mode, terminated, truncated, info  # TypeError, as a bad kwarg value gives
+        if self.mode == "old_api":
+            return obs, reward, terminated or truncated, info
+        if self.mode == "no_reward":
+            return obs, None, terminated, truncated, info
+        if self.mode == "two_rewards":
+            return obs, np.array([reward, reward]), terminated, truncated, info
+        return obs, reward, terminated, truncated, info
+
+
 _steps_in_process = 0  # env steps made by every Tiny* env of this process
 
 
@@ -172,6 +194,7 @@ _register("TinyObsShapeReset-v0", "TinyOddObs", max_episode_steps=5, kwargs={"sh
 _register("TinyObsComplex-v0", "TinyOddObs", max_episode_steps=5, kwargs={"dtype": "complex64", "at": 1})
 _register("TinyObsFloat64-v0", "TinyOddObs", max_episode_steps=5, kwargs={"dtype": "float64"})
 _register("TinyCtorRaises-v0", "TinyCtorRaises", max_episode_steps=5)
+_register("TinyOddStep-v0", "TinyOddStep", max_episode_steps=5)
 
 
 # --- Supervision findings 8, 9 and 18 (tests/parallel/test_supervision_findings.py) ----------------
