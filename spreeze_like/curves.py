@@ -3,11 +3,12 @@
 The file is what ``tools/plot_runs.py`` draws, for any run: ours (written live by the monitor) or a
 peer's (written by a benchmark after the peer's run, with :func:`write_curves`). It is plain text::
 
-    # curves {"format": "spreeze-curves/1", "system": "spreeze_like", "mode": "serial", "env": "Pendulum-v1", ...}
-    kind,wall_s,env_steps,episode_return,episodes
+    # curves {"format": "spreeze-curves/2", "system": "spreeze_like", "mode": "serial", "env": "Pendulum-v1", ...}
+    kind,wall_s,env_steps,episode_return,episodes,success
     # session {"start_step": 0, "wall_offset": 0.0}
-    train,2.013,400,-1234.5,2
-    eval,4.120,1000,-1101.25,10
+    train,2.013,400,-1234.5,2,
+    eval,4.120,1000,-1101.25,10,
+    eval,6.250,2000,-350.5,10,0.7
 
 - line 1: ``# curves`` and a JSON object naming the run: ``system`` (``spreeze_like``, ``sb3``,
   ...), ``env``, ``algo``, ``seed``, optionally ``mode`` and ``label`` (the legend text; default
@@ -18,7 +19,11 @@ peer's (written by a benchmark after the peer's run, with :func:`write_curves`).
   point (for ``eval``: when the evaluation began), ``episode_return`` the mean return of the
   ``episodes`` episodes the row stands for. A peer writes one ``train`` row per episode; our
   monitor writes one per ``tb_interval`` period (the mean of the episodes that ended in it), and
-  one ``eval`` row per evaluation, with the time its result was known.
+  one ``eval`` row per evaluation, with the time its result was known. ``success`` is the share of
+  those episodes that reached their goal, where the env says so (``info["is_success"]`` or
+  ``info["success"]``: goal envs), and empty where it does not.
+- format 1 (until 2026-11-29) had no ``success`` column: it is read as rows without one, and a
+  writer continuing such a file (a resume) rewrites it in format 2 first.
 - ``# ...`` lines after line 2 are notes for the writer (``# session``: where a session of the run
   started); readers skip them.
 
@@ -55,8 +60,11 @@ from spreeze_like.errors import ConfigError
 from spreeze_like.write_guard import WriteGuard
 
 CURVES_FILE = "curves.csv"
-FORMAT = "spreeze-curves/1"
-COLUMNS = ("kind", "wall_s", "env_steps", "episode_return", "episodes")
+FORMAT = "spreeze-curves/2"
+COLUMNS = ("kind", "wall_s", "env_steps", "episode_return", "episodes", "success")
+# format 1's columns: files written before the success column (read, and upgraded by a writer that continues one)
+FORMAT_1 = "spreeze-curves/1"
+COLUMNS_1 = COLUMNS[:-1]
 _META_PREFIX = "# curves "
 _SESSION_PREFIX = "# session "
 Kind = Literal["train", "eval"]
@@ -65,16 +73,19 @@ KINDS = ("train", "eval")
 
 @dataclass(frozen=True)
 class CurvePoint:
-    """One row: ``episodes`` episodes of mean return ``episode_return`` at (``wall_s``, ``env_steps``)."""
+    """One row: ``episodes`` episodes of mean return ``episode_return`` at (``wall_s``, ``env_steps``), of which
+    the share ``success`` reached their goal (None: the env does not say)."""
 
     kind: Kind
     wall_s: float
     env_steps: int
     episode_return: float
     episodes: int = 1
+    success: float | None = None
 
     def to_line(self) -> str:
-        return f"{self.kind},{self.wall_s:.3f},{self.env_steps},{self.episode_return!r},{self.episodes}\n"
+        success = "" if self.success is None else repr(self.success)
+        return f"{self.kind},{self.wall_s:.3f},{self.env_steps},{self.episode_return!r},{self.episodes},{success}\n"
 
 
 @dataclass
@@ -149,20 +160,24 @@ def _replace(path: Path, text: str) -> None:
         raise
 
 
-def _parse_row(line: str) -> CurvePoint:
+def _parse_row(line: str, columns: int = len(COLUMNS)) -> CurvePoint:
+    """One row of a file with ``columns`` columns (6, or format 1's 5)."""
     fields = next(csv.reader(io.StringIO(line)))
-    if len(fields) != len(COLUMNS) or fields[0] not in KINDS:
-        raise ValueError(f"expected {len(COLUMNS)} fields starting with train or eval")
+    if len(fields) != columns or fields[0] not in KINDS:
+        raise ValueError(f"expected {columns} fields starting with train or eval")
     kind: Kind = "train" if fields[0] == "train" else "eval"
-    point = CurvePoint(kind, float(fields[1]), int(fields[2]), float(fields[3]), int(fields[4]))
+    success = float(fields[5]) if columns > 5 and fields[5] else None
+    point = CurvePoint(kind, float(fields[1]), int(fields[2]), float(fields[3]), int(fields[4]), success)
     if not (math.isfinite(point.wall_s) and point.episodes >= 0):
         raise ValueError("wall_s must be finite and episodes >= 0")
+    if success is not None and not 0.0 <= success <= 1.0:
+        raise ValueError("success must be a share in [0, 1]")
     return point
 
 
-def _split(path: Path) -> tuple[dict[str, Any], list[str]]:
-    """The meta object and the lines after the column names, torn last line included (a line
-    without its newline)."""
+def _split(path: Path) -> tuple[dict[str, Any], list[str], int]:
+    """The meta object, the lines after the column names (torn last line included: a line without its
+    newline) and the number of columns (format 1 has one fewer)."""
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -173,17 +188,20 @@ def _split(path: Path) -> tuple[dict[str, Any], list[str]]:
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError(f"cannot read {path}: {exc}") from None
     lines = text.split("\n")  # a complete file ends with "\n": the last element is then ""
-    if len(lines) < 3 or not lines[0].startswith(_META_PREFIX) or lines[1] != ",".join(COLUMNS):
+    if len(lines) < 3 or not lines[0].startswith(_META_PREFIX) or lines[1] not in (",".join(COLUMNS),
+                                                                                   ",".join(COLUMNS_1)):
         raise ConfigError(f"{path} is not a curves file (its first two lines must be '# curves {{...}}' and "
                           f"'{','.join(COLUMNS)}')")
     try:
         meta = json.loads(lines[0][len(_META_PREFIX):])
     except json.JSONDecodeError as exc:
         raise ConfigError(f"{path}: the '# curves' line is not JSON ({exc.msg})") from None
-    if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+    columns = COLUMNS if lines[1] == ",".join(COLUMNS) else COLUMNS_1
+    expected = FORMAT if columns is COLUMNS else FORMAT_1
+    if not isinstance(meta, dict) or meta.get("format") != expected:
         raise ConfigError(f"{path}: format {meta.get('format') if isinstance(meta, dict) else meta!r}, "
-                          f"expected {FORMAT}")
-    return meta, lines[2:]
+                          f"expected {expected} (for the columns {lines[1]})")
+    return meta, lines[2:], len(columns)
 
 
 def read_curves(run_dir: str | Path) -> Curves:
@@ -193,14 +211,14 @@ def read_curves(run_dir: str | Path) -> Curves:
     """
     path = Path(run_dir)
     path = path if path.is_file() else curves_path(path)
-    meta, lines = _split(path)
+    meta, lines, columns = _split(path)
     curves = Curves(path, meta)
     last = len(lines) - 1
     for i, line in enumerate(lines):
         if not line or line.startswith("#"):
             continue
         try:
-            point = _parse_row(line)
+            point = _parse_row(line, columns)
         except ValueError as exc:
             if i == last:  # no newline after it: the write it came from never finished
                 break
@@ -238,10 +256,12 @@ class CurveWriter:
             if not self.path.exists():
                 self.wall_offset = 0.0
                 _replace(self.path, _header(self.meta) + _session_line(self._resume_step or 0, 0.0))
-            elif self._resume_step is not None:
-                self.wall_offset = self._cut_after(self._resume_step)
-            else:  # also a reopen after a failed write: a torn row is cut off, the session's offset kept
-                self.wall_offset = self._continue()
+            else:
+                self._upgrade_format_1()
+                if self._resume_step is not None:
+                    self.wall_offset = self._cut_after(self._resume_step)
+                else:  # also a reopen after a failed write: a torn row is cut off, the session's offset kept
+                    self.wall_offset = self._continue()
             # line buffered: each row reaches the file with one write(); closed by close()
             self._file = open(self.path, "a", buffering=1)  # noqa: SIM115
         except OSError as exc:
@@ -251,7 +271,7 @@ class CurveWriter:
 
     def _cut_after(self, resume_step: int) -> float:
         """Rewrite the file without the rows (and session notes) past ``resume_step``; returns the offset."""
-        meta, lines = _split(self.path)
+        meta, lines, columns = _split(self.path)
         kept, offset = [], 0.0
         for line in lines[:-1]:  # the last element is "" or a torn line
             if line.startswith(_SESSION_PREFIX):
@@ -259,7 +279,7 @@ class CurveWriter:
                     kept.append(line + "\n")
             elif line and not line.startswith("#"):
                 try:
-                    point = _parse_row(line)
+                    point = _parse_row(line, columns)
                 except ValueError:  # not ours to keep: read_curves would refuse the file for it
                     continue
                 if point.env_steps <= resume_step:
@@ -269,17 +289,36 @@ class CurveWriter:
         _replace(self.path, _header(meta) + "".join(kept) + _session_line(resume_step, offset))
         return offset
 
+    def _upgrade_format_1(self) -> None:
+        """Rewrite a format 1 file (no ``success`` column; a run begun before 2026-11-29) in format 2, so that
+        this writer's rows fit the file's columns. Every line is kept but a torn last one."""
+        meta, lines, columns = _split(self.path)
+        if columns == len(COLUMNS):
+            return
+        body = []
+        for line in lines[:-1]:  # the last element is "" or a torn line
+            if line and not line.startswith("#"):
+                try:
+                    line = _parse_row(line, columns).to_line().rstrip("\n")
+                except ValueError:
+                    pass  # kept as it was: read_curves refuses such a file in either format
+            body.append(line + "\n")
+        meta.pop("format", None)
+        _replace(self.path, _header(meta) + "".join(body))
+
     def _continue(self) -> float:
         """Cut a torn last line off (so appends start on a line of their own); the session's offset."""
-        _, lines = _split(self.path)
+        _, lines, _ = _split(self.path)
         if lines[-1]:
             with open(self.path, "r+b") as f:
                 f.truncate(os.path.getsize(self.path) - len(lines[-1].encode()))
         notes = [line for line in lines[:-1] if line.startswith(_SESSION_PREFIX)]
         return float(json.loads(notes[-1][len(_SESSION_PREFIX):])["wall_offset"]) if notes else 0.0
 
-    def add(self, kind: Kind, wall_s: float, env_steps: int, episode_return: float, episodes: int) -> None:
-        """One row; ``wall_s`` is seconds since this session started (the writer adds the offset).
+    def add(self, kind: Kind, wall_s: float, env_steps: int, episode_return: float, episodes: int,
+            success: float | None = None) -> None:
+        """One row; ``wall_s`` is seconds since this session started (the writer adds the offset);
+        ``success``: the share of the episodes that reached their goal, None where the env does not say.
 
         A failed write (a full disk) drops the row and closes the file; the guard warns once and a
         later row reopens it (every ``retry_s``). Never raises ``OSError``.
@@ -293,8 +332,9 @@ class CurveWriter:
             if self._file is None:
                 return
         try:
+            share = None if success is None or not math.isfinite(success) else float(success)
             self._file.write(CurvePoint(kind, self.wall_offset + wall_s, int(env_steps), float(episode_return),
-                                        int(episodes)).to_line())
+                                        int(episodes), share).to_line())
         except OSError as exc:
             self._drop(exc)
         else:

@@ -6,7 +6,9 @@ Each RUN_DIR holds a ``curves.csv`` (:mod:`spreeze_like.curves`: our monitor wri
 benchmark writes the peers' in the same format). The figure has four panels: evaluation return
 against wall time and against env steps, and the training return (moving mean over the last
 ``--window`` episodes) against wall time and against env steps; one line per run, labelled with
-its system and seed (one colour per system, one line style per seed). Needs matplotlib
+its system and seed (one colour per system, one line style per seed). Where a run's evaluations
+say how many episodes reached their goal (goal envs: curves.csv's ``success`` column), a third row
+of panels draws that evaluation success rate against wall time and env steps. Needs matplotlib
 (``pip install -e ".[plot]"``); a missing matplotlib, a folder without ``curves.csv`` or an
 unreadable one ends with one line ``error: ...`` and exit status 2.
 
@@ -24,8 +26,10 @@ from pathlib import Path
 from spreeze_like.curves import Curves, read_curves
 from spreeze_like.errors import ConfigError, SpreezeError
 
-# 12 x 8 inches at 100 dpi: 1200 x 800 pixels, tens of KB for a handful of runs
+# 12 x 8 inches at 100 dpi: 1200 x 800 pixels, tens of KB for a handful of runs (4 inches more for the
+# success-rate row of goal envs)
 FIGSIZE = (12.0, 8.0)
+SUCCESS_ROW_HEIGHT = 4.0
 DPI = 100
 _STYLES = ("-", "--", ":", "-.")
 
@@ -65,8 +69,11 @@ def plot_runs(runs: Sequence[Curves], out: str | Path, window: int = 10, title: 
               dpi: int = DPI) -> Path:
     """Draw ``runs`` into the PNG ``out`` (see the module docstring); returns its path."""
     plt = _pyplot()
-    fig, axes = plt.subplots(2, 2, figsize=FIGSIZE, dpi=dpi, sharey="row")
-    (eval_wall, eval_steps), (train_wall, train_steps) = axes
+    with_success = any(p.success is not None for run in runs for p in run.eval)
+    width, height = FIGSIZE
+    fig, axes = plt.subplots(3 if with_success else 2, 2, figsize=(width, height + with_success * SUCCESS_ROW_HEIGHT),
+                             dpi=dpi, sharey="row")
+    (eval_wall, eval_steps), (train_wall, train_steps) = axes[:2]
     for run, (colour, style) in zip(runs, _styles(runs)):
         kw = {"color": colour, "linestyle": style, "linewidth": 1.3}
         if run.eval:
@@ -75,6 +82,11 @@ def plot_runs(runs: Sequence[Curves], out: str | Path, window: int = 10, title: 
             returns = [p.episode_return for p in run.eval]
             eval_wall.plot(wall, returns, marker=".", markersize=4, label=run.label, **kw)
             eval_steps.plot(steps, returns, marker=".", markersize=4, **kw)
+        if with_success:
+            said = [p for p in run.eval if p.success is not None]
+            if said:
+                axes[2][0].plot([p.wall_s for p in said], [p.success for p in said], marker=".", markersize=4, **kw)
+                axes[2][1].plot([p.env_steps for p in said], [p.success for p in said], marker=".", markersize=4, **kw)
         moving = run.train_moving_mean(window)
         if moving:
             train_wall.plot([m[0] for m in moving], [m[2] for m in moving], label=None if run.eval else run.label,
@@ -85,9 +97,15 @@ def plot_runs(runs: Sequence[Curves], out: str | Path, window: int = 10, title: 
     train_wall.set_title(f"training return (mean of the last {window} episodes)")
     train_steps.set_title("training return")
     for ax in (eval_wall, train_wall):
-        ax.set_xlabel("wall time (s)")
         ax.set_ylabel("episode return")
-    for ax in (eval_steps, train_steps):
+    if with_success:
+        axes[2][0].set_title("evaluation success rate (goal reached)")
+        axes[2][1].set_title("evaluation success rate")
+        axes[2][0].set_ylabel("share of episodes")
+        axes[2][0].set_ylim(-0.03, 1.03)
+    for ax in axes[:, 0]:
+        ax.set_xlabel("wall time (s)")
+    for ax in axes[:, 1]:
         ax.set_xlabel("env steps")
     for ax in axes.flat:
         ax.grid(True, alpha=0.3)

@@ -229,7 +229,8 @@ class Monitor:
                 scalars[tag] = value
         if "charts/episodic_return" in scalars:
             self.recent_return = scalars["charts/episodic_return"]
-            self.curves.add("train", now - self.session_start, step, self.recent_return, int(episodes))
+            self.curves.add("train", now - self.session_start, step, self.recent_return, int(episodes),
+                            scalars.get("charts/success_rate"))
         sample_hz = rate("sampler", "env_steps")
         scalars["perf/sample_hz"] = sample_hz
         self.sample_hz_ema = sample_hz if self.sample_hz_ema is None else 0.7 * self.sample_hz_ema + 0.3 * sample_hz
@@ -333,7 +334,8 @@ class Monitor:
         self.last_success = ev["eval_success"] if ev.get("eval_success_n", 0.0) > 0 else None  # a goal env says
         if self.last_success is not None:
             self.writer.add_scalar("eval/success_rate", self.last_success, eval_step)
-        self.curves.add("eval", now - self.session_start, eval_step, ev["eval_return"], self.eval_episodes)
+        self.curves.add("eval", now - self.session_start, eval_step, ev["eval_return"], self.eval_episodes,
+                        self.last_success)
 
     def progress_line(self, step: int, scalars: Mapping[str, float]) -> str:
         parts = [f"step {step:,}/{self.total_steps:,} ({100.0 * step / max(1, self.total_steps):.0f}%)"]

@@ -99,3 +99,22 @@ def test_bad_input_is_one_error_line(tmp_path, case):
     assert done.returncode == 2
     assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
     assert not (tmp_path / "x.png").exists()
+
+
+def test_a_goal_envs_success_rate_gets_a_row_of_its_own(tmp_path):
+    """Evaluations that say their success share (curves.csv's success column) add a third row of panels: the
+    figure is 4 inches taller, and the run's colour is drawn there; a run without it keeps two rows (above)."""
+    pytest.importorskip("matplotlib", reason="tools/plot_runs.py needs matplotlib (the [plot] or [test] extra)")
+    run = tmp_path / "goal-run"
+    write_curves(run, {"system": "spreeze_like", "env": "TinyGoal-v0", "algo": "sac", "seed": 1},
+                 [CurvePoint("train", 0.1 * i, 5 * i, float(i), 1, 0.0) for i in range(1, 41)]
+                 + [CurvePoint("eval", 1.0 * i, 50 * i, float(i), 10, min(1.0, 0.25 * i)) for i in range(1, 5)])
+    out = tmp_path / "goal.png"
+    done = _plot(str(run), "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert _png_size(out) == (1200, 1200)
+    from PIL import Image
+
+    with Image.open(out) as image:  # the success row: the lowest third of the picture
+        image.crop((0, 820, 1200, 1200)).save(tmp_path / "success_row.png")
+    assert _pixels_near(tmp_path / "success_row.png", BLUE) > 200

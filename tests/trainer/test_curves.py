@@ -99,3 +99,64 @@ def test_moving_mean_weights_rows_by_their_episodes(tmp_path):
                                   CurvePoint("train", 3.0, 30, 0.0, 1)])
     moving = read_curves(tmp_path).train_moving_mean(window=4)
     assert moving == [(1.0, 10, -10.0), (2.0, 20, pytest.approx(-22.0 / 4)), (3.0, 30, pytest.approx(-12.0 / 4))]
+
+
+def test_success_shares_read_back_and_an_env_that_says_nothing_leaves_the_column_empty(tmp_path):
+    writer = CurveWriter(tmp_path, META)
+    writer.add("train", 1.0, 100, -3.0, 4, 0.25)
+    writer.add("train", 2.0, 200, -2.0, 4)  # the env said nothing of success
+    writer.add("eval", 2.5, 200, -1.0, 10, 0.7)
+    writer.add("eval", 3.5, 300, -1.0, 10, float("nan"))  # no share to write: the row is kept, its cell empty
+    writer.close()
+    rows = (tmp_path / CURVES_FILE).read_text().splitlines()
+    assert rows[1] == "kind,wall_s,env_steps,episode_return,episodes,success"
+    assert rows[3:] == ["train,1.000,100,-3.0,4,0.25", "train,2.000,200,-2.0,4,", "eval,2.500,200,-1.0,10,0.7",
+                        "eval,3.500,300,-1.0,10,"]
+    curves = read_curves(tmp_path)
+    assert [p.success for p in curves.train] == [0.25, None] and [p.success for p in curves.eval] == [0.7, None]
+
+
+def test_a_success_share_outside_0_1_is_not_a_curve_row(tmp_path):
+    write_curves(tmp_path, META, [CurvePoint("eval", 1.0, 10, -1.0, 10, 0.5)])
+    text = (tmp_path / CURVES_FILE).read_text()
+    (tmp_path / CURVES_FILE).write_text(text + "eval,2.0,20,-1.0,10,1.5\ntrain,3.0,30,-1.0,1,\n")
+    with pytest.raises(ConfigError, match="line 5.*success must be a share"):
+        read_curves(tmp_path)
+
+
+FORMAT_1_FILE = (
+    '# curves {"algo": "sac", "env": "Pendulum-v1", "format": "spreeze-curves/1", "seed": 3, "system": "spreeze_like"}\n'
+    "kind,wall_s,env_steps,episode_return,episodes\n"
+    '# session {"start_step": 0, "wall_offset": 0.0}\n'
+    "train,1.000,100,-900.5,2\n"
+    "eval,1.500,100,-800.0,10\n"
+    "train,2.000,200,-700.0,1\n"
+    "eval,2.5"  # torn: the run was killed mid-row
+)
+
+
+def test_a_format_1_file_reads_as_rows_without_success(tmp_path):
+    """Files written before the success column (until 2026-11-29) stay readable, by plot_runs and the benchmarks."""
+    (tmp_path / CURVES_FILE).write_text(FORMAT_1_FILE)
+    curves = read_curves(tmp_path)
+    assert curves.meta["format"] == "spreeze-curves/1"
+    assert curves.train == [CurvePoint("train", 1.0, 100, -900.5, 2), CurvePoint("train", 2.0, 200, -700.0, 1)]
+    assert curves.eval == [CurvePoint("eval", 1.5, 100, -800.0, 10)]
+
+
+@pytest.mark.parametrize("resume_step", [150, None])
+def test_a_writer_continuing_a_format_1_file_rewrites_it_in_format_2(tmp_path, resume_step):
+    """A resume (the cut at its checkpoint) or a restarted monitor of a run begun by an older version: the file
+    is rewritten in format 2 with every row (as far as the cut), so the new rows' success cells fit its columns."""
+    (tmp_path / CURVES_FILE).write_text(FORMAT_1_FILE)
+    writer = CurveWriter(tmp_path, META, resume_step=resume_step)
+    writer.add("eval", 0.5, 300, -100.0, 10, 0.5)
+    writer.close()
+    curves = read_curves(tmp_path)
+    assert curves.meta["format"] == "spreeze-curves/2" and curves.meta["seed"] == 3
+    kept_train = [CurvePoint("train", 1.0, 100, -900.5, 2)] + ([] if resume_step else
+                                                               [CurvePoint("train", 2.0, 200, -700.0, 1)])
+    assert curves.train == kept_train
+    assert curves.eval[0] == CurvePoint("eval", 1.5, 100, -800.0, 10)
+    assert curves.eval[1].env_steps == 300 and curves.eval[1].success == 0.5
+    assert curves.eval[1].wall_s == pytest.approx(0.5 + (1.5 if resume_step else 0.0))

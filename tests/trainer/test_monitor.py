@@ -101,6 +101,9 @@ def test_success_rates_where_the_env_says_them(tmp_path):
     got = scalars(tmp_path)
     assert got["charts/success_rate"] == [(100, pytest.approx(0.75))]  # 3 of the 4 training episodes
     assert got["eval/success_rate"] == [(100, pytest.approx(0.75))]
+    curves = read_curves(tmp_path)  # the same shares in curves.csv, for tools/plot_runs.py
+    assert [(p.env_steps, p.success) for p in curves.train] == [(100, pytest.approx(0.75))]
+    assert [(p.env_steps, p.success) for p in curves.eval] == [(100, pytest.approx(0.75))]
 
 
 def test_the_curve_ends_at_the_final_step_even_right_after_a_point(tmp_path):
@@ -151,7 +154,7 @@ def test_curves_rows_for_training_periods_and_evaluations(tmp_path):
     clock.t += 0.25
     monitor.close()
     curves = read_curves(tmp_path)
-    assert curves.meta == {"format": "spreeze-curves/1", "system": "spreeze_like", "mode": "parallel", "env": "X",
+    assert curves.meta == {"format": "spreeze-curves/2", "system": "spreeze_like", "mode": "parallel", "env": "X",
                            "algo": "td3", "seed": 4}
     assert curves.train == [CurvePoint("train", 5.0, 600, -200.0, 2)]
     assert curves.eval == [CurvePoint("eval", 5.25, 590, -150.0, 7)]  # once, when first seen

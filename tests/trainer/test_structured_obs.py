@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from spreeze_like.config import TrainConfig
+from spreeze_like.curves import read_curves
 from spreeze_like.envs import env_info, make_env, reset_env
 from spreeze_like.errors import EnvError
 from spreeze_like.evaluate import run_episodes
@@ -140,6 +141,10 @@ def test_the_success_rate_is_recorded_where_the_env_says(goal_run):
     # training episodes too (SB3's rollout/success_rate): the exploring policy's share, one point per write
     train_rates = [rate for _, rate in got["charts/success_rate"]]
     assert train_rates and all(0.0 <= rate <= 1.0 for rate in train_rates)
+    # and curves.csv's success column, what tools/plot_runs.py draws: the same shares at the same steps
+    curves = read_curves(result.run_dir)
+    assert [(p.env_steps, p.success) for p in curves.eval][-1] == (2000, pytest.approx(sum(won) / 20))
+    assert [p.success for p in curves.train] == pytest.approx(train_rates)
 
 
 def test_an_env_that_says_nothing_has_no_success_rate(tmp_path):
@@ -148,6 +153,8 @@ def test_an_env_that_says_nothing_has_no_success_rate(tmp_path):
     assert result.final_eval_successes is None
     got = scalars(result.run_dir)
     assert "eval/success_rate" not in got and "charts/success_rate" not in got and "charts/episodic_return" in got
+    curves = read_curves(result.run_dir)
+    assert curves.eval and all(p.success is None for p in curves.eval + curves.train)
 
 
 def test_the_policy_acts_on_the_unwrapped_envs_dicts_as_on_the_flat_vectors(goal_run):
