@@ -29,6 +29,8 @@ Odd envs that must be refused with one ``error:`` line (audit findings 10, 11, 1
 * ``TinyObsComplex-v0``: observations from ``step`` are complex64 (casting drops the imaginary part).
 * ``TinyObsFloat64-v0``: declares float32 but returns float64 from reset and step (accepted: see test_envs).
 * ``TinyCtorRaises-v0``: the constructor raises RuntimeError.
+* ``TinyRender-v0``: TinyWalk that renders ``rgb_array`` frames of 16 x 24 pixels at 10 fps, frame ``t`` all
+  grey level ``20 * t`` (each differs from the one before: a GIF keeps them all), for ``evaluate --video``.
 * ``TinyOddStep-v0`` with ``--env-kwargs {"mode": ...}``: a constructor argument that only ``step`` uses, as
   Pendulum-v1's ``g``: ``"raise"`` raises TypeError on every step (a kwarg value the step cannot use),
   ``"old_api"`` returns old gym's 4-tuple, ``"no_reward"`` a reward of None, ``"two_rewards"`` a reward of 2
@@ -114,6 +116,17 @@ class TinyCtorRaises(TinyWalk):
         raise RuntimeError("simulator licence not found")
 
 
+class TinyRender(TinyWalk):
+    metadata: ClassVar[dict] = {"render_modes": ["rgb_array"], "render_fps": 10}
+
+    def __init__(self, render_mode: str | None = None) -> None:
+        super().__init__()
+        self.render_mode = render_mode
+
+    def render(self):
+        return np.full((16, 24, 3), 20 * self.t, dtype=np.uint8)
+
+
 class TinyOddStep(TinyWalk):
     def __init__(self, mode: str = "ok") -> None:
         super().__init__()
@@ -195,6 +208,7 @@ _register("TinyObsComplex-v0", "TinyOddObs", max_episode_steps=5, kwargs={"dtype
 _register("TinyObsFloat64-v0", "TinyOddObs", max_episode_steps=5, kwargs={"dtype": "float64"})
 _register("TinyCtorRaises-v0", "TinyCtorRaises", max_episode_steps=5)
 _register("TinyOddStep-v0", "TinyOddStep", max_episode_steps=5)
+_register("TinyRender-v0", "TinyRender", max_episode_steps=5)
 
 
 # --- Supervision findings 8, 9 and 18 (tests/parallel/test_supervision_findings.py) ----------------
