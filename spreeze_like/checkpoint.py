@@ -251,7 +251,7 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
 
 def check_compatible(payload: dict[str, Any], env: str, algo: str, path: str | Path,
                      hidden_sizes: tuple[int, ...] | None = None, env_kwargs: dict[str, Any] | None = None,
-                     critic_hidden_sizes: tuple[int, ...] | None = None) -> None:
+                     critic_hidden_sizes: tuple[int, ...] | None = None, n_step: int | None = None) -> None:
     """Refuse a checkpoint made for another env, algorithm or network shape (its networks would not fit
     or mean anything), naming the setting, before any process starts.
 
@@ -285,6 +285,13 @@ def check_compatible(payload: dict[str, Any], env: str, algo: str, path: str | P
             f"checkpoint {path} holds critics with hidden widths {widths}, not {' '.join(map(str, now_critic))}; "
             f"resume without --critic-hidden-sizes (or with --critic-hidden-sizes {widths}), or start a new run "
             "without --resume"
+        )
+    # a saved replay's rows hold returns of the run's N and bootstrap with gamma^N: another N would misread them
+    then_n = int(saved.get("n_step") or 1)  # a checkpoint from before the flag: one-step rows
+    if n_step is not None and then_n != n_step:
+        raise CheckpointError(
+            f"checkpoint {path} was trained with --n-step {then_n}, not {n_step} (its replay rows hold {then_n}-step "
+            f"returns); resume without --n-step (or with --n-step {then_n}), or start a new run without --resume"
         )
 
 

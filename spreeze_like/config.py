@@ -46,6 +46,9 @@ DEFAULT_POLICY_DELAY = {"td3": 2, "crossq": 3}
 PRECISIONS = ("auto", "fp32", "bf16")
 LEARNER_STEPS = ("auto", "eager", "cuda-graph", "compiled-graph")  # algos/graphed.py
 DEVICE_REPLAY = ("auto", "on", "off")  # roles/batches.py
+# --n-step's bound: past a few dozen steps the off-policy bias of uncorrected n-step returns dominates, and each
+# truncated episode drops N - 1 of its steps (roles/nstep.py); 100 only catches a typo
+MAX_N_STEP = 100
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps)$")
 
 
@@ -142,6 +145,8 @@ class TrainConfig:
     batch_size: int = _f(256, "transitions per gradient update")
     utd: float = _f(1.0, "update-to-data ratio: critic updates per env step collected")
     gamma: float = _f(0.99, "discount factor")
+    n_step: int = _f(1, "n-step returns: each stored transition sums the next N rewards (discounted) and "
+                     "bootstraps from the observation N steps later with gamma^N; 1 = one-step TD")
     tau: float = _f(0.005, "target network soft-update rate")
     actor_lr: float | None = _f(None, "actor learning rate (Adam); auto = the preset's for the env and algorithm "
                                 "(--list-presets), else 3e-4")
@@ -281,6 +286,8 @@ class TrainConfig:
                 raise bad(name, "must be >= 0")
         if not 0.0 <= self.gamma < 1.0:
             raise bad("gamma", "must be in [0, 1)")
+        if not isinstance(self.n_step, int) or not 1 <= self.n_step <= MAX_N_STEP:
+            raise bad("n_step", f"must be an integer in [1, {MAX_N_STEP}] (1: one-step TD; 3 to 5 is usual)")
         if not 0.0 < self.tau <= 1.0:
             raise bad("tau", "must be in (0, 1]")
         if not 0.0 <= self.priority_beta <= 1.0:

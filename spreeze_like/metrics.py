@@ -29,9 +29,11 @@ class StatsSchema:
 
 SAMPLER = StatsSchema(
     "sampler",
-    counters=("env_steps", "episodes", "nonfinite_dropped"),
+    # nstep_dropped / nstep_pending: env steps that a truncation cut out of their n-step return, and steps held
+    # in n-step windows now (--n-step > 1 only; roles/nstep.py): neither is a row in replay
+    counters=("env_steps", "episodes", "nonfinite_dropped", "nstep_dropped"),
     means=("episodic_return", "episodic_length", "policy_lag", "episodic_success"),  # success: goal envs only
-    gauges=("policy_version",),
+    gauges=("policy_version", "nstep_pending"),
 )
 CRITIC_LEARNER = StatsSchema(
     "critic-learner",

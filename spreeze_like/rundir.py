@@ -214,7 +214,7 @@ def prepare_run(config: TrainConfig, sources: Mapping[str, str] | None = None) -
         if config.resume:
             payload, path = load_latest(run_dir)
             check_compatible(payload, config.env, config.algo, path, config.hidden_sizes, config.env_kwargs,
-                             config.critic_hidden_sizes)
+                             config.critic_hidden_sizes, config.n_step)
             if int(payload["env_steps"]) >= config.total_steps:
                 raise CheckpointError(
                     f"{path} is already at {payload['env_steps']} env steps >= --total-steps {config.total_steps}; "

@@ -102,7 +102,7 @@ class CrossQCritic(SACCritic):
         qf_a_values = qf_all[:, :n]
         with torch.no_grad():  # the target from the next half, gradient stopped
             min_qf_next = qf_all[:, n:].amin(0) - alpha * next_log_pi
-            next_q_value = b.reward + (1.0 - b.terminated) * self.spec.gamma * min_qf_next
+            next_q_value = b.reward + (1.0 - b.terminated) * self.spec.bootstrap_gamma * min_qf_next
 
         qf_losses = weighted_mse(qf_a_values, next_q_value, b.weights)  # [2]: qf1_loss, qf2_loss
         alpha_loss = (-self.log_alpha * (next_log_pi + self.target_entropy)).mean()

@@ -18,7 +18,7 @@ class DDPGCritic(TargetActorCriticPart):
         with torch.no_grad():
             next_state_actions = self.actor_target(b.next_obs)
             qf1_next_target = self.critic_target(b.next_obs, next_state_actions)[0]
-            next_q_value = b.reward + (1.0 - b.terminated) * s.gamma * qf1_next_target
+            next_q_value = b.reward + (1.0 - b.terminated) * s.bootstrap_gamma * qf1_next_target
 
         qf1_a_values = self.critic(b.obs, b.action)  # [1, B]
         qf1_loss = weighted_mse(qf1_a_values, next_q_value, b.weights)  # [1]

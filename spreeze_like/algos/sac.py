@@ -45,7 +45,7 @@ class SACCritic(CriticPart):
             next_actions, next_log_pi = self.actor.sample(b.next_obs, self.generator)
             qf_next_target = self.critic_target(b.next_obs, next_actions)  # [2, B]: Q1 and Q2
             min_qf_next_target = qf_next_target.amin(0) - alpha * next_log_pi
-            next_q_value = b.reward + (1.0 - b.terminated) * self.spec.gamma * min_qf_next_target
+            next_q_value = b.reward + (1.0 - b.terminated) * self.spec.bootstrap_gamma * min_qf_next_target
 
         qf_a_values = self.critic(b.obs, b.action)  # [2, B]
         qf_losses = weighted_mse(qf_a_values, next_q_value, b.weights)  # [2]: qf1_loss, qf2_loss

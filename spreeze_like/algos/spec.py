@@ -24,6 +24,7 @@ class AlgoSpec:
     hidden_sizes: tuple[int, ...] = (256, 256)  # the actor's (and the critic's, without critic_hidden_sizes)
     critic_hidden_sizes: tuple[int, ...] = ()  # each Q network's; () = hidden_sizes
     gamma: float = 0.99
+    n_step: int = 1  # rows hold n-step returns (roles/nstep.py); targets bootstrap with gamma ** n_step
     tau: float = 0.005
     actor_lr: float = 3e-4
     critic_lr: float = 1e-3
@@ -54,6 +55,11 @@ class AlgoSpec:
     def critic_widths(self) -> tuple[int, ...]:
         """Hidden layer widths of each Q network."""
         return self.critic_hidden_sizes or self.hidden_sizes
+
+    @property
+    def bootstrap_gamma(self) -> float:
+        """The discount of a row's bootstrap value: ``gamma`` for one-step rows, ``gamma ** n_step`` for n-step."""
+        return self.gamma**self.n_step
 
     @property
     def n_q(self) -> int:

@@ -23,7 +23,7 @@ class TD3Critic(TargetActorCriticPart):
             clipped_noise = (noise * s.policy_noise).clamp(-s.noise_clip, s.noise_clip)
             next_state_actions = (self.actor_target(b.next_obs) + clipped_noise).clamp(-1.0, 1.0)
             min_qf_next_target = self.critic_target(b.next_obs, next_state_actions).amin(0)  # min(Q1, Q2)
-            next_q_value = b.reward + (1.0 - b.terminated) * s.gamma * min_qf_next_target
+            next_q_value = b.reward + (1.0 - b.terminated) * s.bootstrap_gamma * min_qf_next_target
 
         qf_a_values = self.critic(b.obs, b.action)  # [2, B]
         qf_losses = weighted_mse(qf_a_values, next_q_value, b.weights)  # [2]: qf1_loss, qf2_loss

@@ -55,6 +55,7 @@ PRESET_FIELDS: dict[str, type] = {
     "batch_size": int,
     "utd": float,
     "gamma": float,
+    "n_step": int,
     "tau": float,
     "actor_lr": float,
     "critic_lr": float,

@@ -114,9 +114,12 @@ def actor_lag(critic_updates: int, actor_updates: int, policy_delay: int) -> int
 
 def claimed(sampler_rows: list) -> float:
     """Transitions the samplers have taken of the allowance: emitted (non-finite drops excluded, as they
-    never reach replay) plus the rows the Ray bridge has asked remote actors for and not yet received.
-    Local samplers and the bridge both compare this with the critic's allowance (rule 2)."""
-    return sum(r.get("env_steps") - r.get("nonfinite_dropped") + r.get("in_flight") for r in sampler_rows)
+    never reach replay, and with ``--n-step`` the steps a truncation dropped or a window still holds) plus the
+    rows the Ray bridge has asked remote actors for and not yet received. Local samplers and the bridge both
+    compare this with the critic's allowance (rule 2). Counting a held step as emitted would let the samplers
+    stop short of the data the critic waits for: a deadlock once the drops outgrow the lead."""
+    return sum(r.get("env_steps") - r.get("nonfinite_dropped") - r.get("nstep_dropped") - r.get("nstep_pending")
+               + r.get("in_flight") for r in sampler_rows)
 
 
 def sampler_quotas(remaining: int, samplers: int) -> list[int]:

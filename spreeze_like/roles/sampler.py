@@ -19,6 +19,9 @@ The rules that make the data right:
   run that one line ends the run (exit status 2) instead of a loop of restarts.
 * A transition with a NaN or inf anywhere is dropped and counted; its env is reset, because an env
   that produced a NaN state cannot be trusted to continue the episode.
+* With ``--n-step N`` (N > 1) each env's steps go through :class:`~spreeze_like.roles.nstep.NStepWindows`
+  and a row is emitted once its N rewards are in (or its episode terminated): see that module for the
+  rows, the bootstrap and the steps a truncation drops.
 * Seeds: env ``j`` of sampler ``i`` is reset first with ``seeding.env_seed(seed, global index,
   generation)`` (``seed + index`` in a run's first generation, gymnasium's convention, so a peer
   run with the same seed starts from the same states); later resets continue the env's own RNG.
@@ -40,6 +43,7 @@ import numpy as np
 from spreeze_like.algos.numpy_policy import NumpyPolicy
 from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.envs import episode_success, make_env, obs_vector, reset_env
+from spreeze_like.roles.nstep import NStepWindows
 from spreeze_like.roles.ports import StatsWriter, TransitionSink, WeightsSource, observe
 from spreeze_like.seeding import derive_seed, env_seed
 from spreeze_like.transition import TransitionLayout, finite_rows
@@ -94,6 +98,7 @@ class SamplerWorker:
         self.episode_return = np.zeros(n_envs, dtype=np.float64)
         self.episode_length = np.zeros(n_envs, dtype=np.int64)
         self._rows = np.empty((n_envs, self.layout.width), dtype=np.float32)
+        self.nstep = NStepWindows(n_envs, spec.n_step, spec.gamma) if spec.n_step > 1 else None
 
     # --- one step of every env ------------------------------------------------------------------------
     def step(self) -> int:
@@ -113,12 +118,17 @@ class SamplerWorker:
             rewards[j], terminated[j], truncated[j] = r, term, trunc
         rows = self.layout.pack(self.obs, actions, rewards, next_obs, terminated, truncated, out=self._rows)
         finite = finite_rows(rows)
-        if finite.all():
-            self.sink.write(rows)
-        else:
+        if not finite.all():
             self.stats.add("nonfinite_dropped", float(n - finite.sum()))
+        if self.nstep is not None:
+            emitted = self._fold(actions, rewards, next_obs, terminated, truncated, finite)
+        elif finite.all():
+            self.sink.write(rows)
+            emitted = n
+        else:
             if finite.any():
                 self.sink.write(rows[finite])
+            emitted = int(finite.sum())
         self.env_steps += n
         self.stats.add("env_steps", float(n))
         self.episode_return += rewards
@@ -138,7 +148,39 @@ class SamplerWorker:
             self.episode_return[j] = 0.0
             self.episode_length[j] = 0
             self.obs[j] = reset_env(self.envs[j], self.env_id)
-        return int(finite.sum())
+        return emitted
+
+    def _fold(self, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray, terminated: np.ndarray,
+              truncated: np.ndarray, finite: np.ndarray) -> int:
+        """N-step mode: each env's finite step into its window; the rows completed go to the sink. Returns how
+        many. (Copies: ``self.obs`` and ``next_obs`` rows are written over as the envs go on and reset.)"""
+        assert self.nstep is not None
+        out: list = []
+        dropped = 0
+        for j in range(len(self.envs)):
+            if not finite[j]:
+                dropped += self.nstep.drop(j)
+                continue
+            done, lost = self.nstep.add(j, self.obs[j].copy(), actions[j].copy(), float(rewards[j]),
+                                        next_obs[j].copy(), bool(terminated[j]), bool(truncated[j]))
+            out += done
+            dropped += lost
+        if dropped:
+            self.stats.add("nstep_dropped", float(dropped))
+        self.stats.set("nstep_pending", float(self.nstep.pending))
+        if not out:
+            return 0
+        rows = self.layout.pack(np.stack([r.obs for r in out]), np.stack([r.action for r in out]),
+                                np.array([r.reward for r in out], dtype=np.float32), np.stack([r.next_obs for r in out]),
+                                np.array([r.terminated for r in out], dtype=np.float32),
+                                np.array([r.truncated for r in out], dtype=np.float32))
+        keep = finite_rows(rows)  # a sum of finite rewards can still overflow float32
+        if not keep.all():
+            self.stats.add("nonfinite_dropped", float(len(out) - keep.sum()))
+            rows = rows[keep]
+        if len(rows):
+            self.sink.write(rows)
+        return len(rows)
 
     def _actions(self) -> np.ndarray:
         n = len(self.envs)
