@@ -156,3 +156,20 @@ def test_a_resume_keeps_n_and_refuses_another(nstep_run):
     assert parse_cli(["--resume", str(nstep_run.run_dir)]).n_step == 3
     other = run_cli("--resume", str(nstep_run.run_dir), "--total-steps", "700", "--n-step", "1")
     assert_one_line_error(other, "was trained with --n-step 3, not 1", "resume without --n-step")
+
+
+def test_a_remote_sampler_reports_its_dropped_and_held_steps_with_its_rows():
+    """The Ray path: a collect call's reply carries the rows and the counts the bridge adds to the remote row,
+    so pacing's count of a remote sampler's rows is exact too. TinyWalk, N = 3, 2 envs, 12 steps: each env
+    did 6 steps, one whole episode (3 rows, 2 dropped) and 1 step held."""
+    from spreeze_like.remote.worker import RemoteSampler
+
+    spec = AlgoSpec(algo="sac", obs_dim=2, act_dim=1, hidden_sizes=(8,), n_step=3)
+    sampler = RemoteSampler(TINY + "TinyWalk-v0", spec, 0, 2, 10**9, 0)
+    try:
+        reply = sampler.collect(12, None, 0)
+    finally:
+        sampler.worker.close()
+    assert reply["steps"] == 12 and len(reply["rows"]) == 6
+    assert reply["add"]["env_steps"] == 12 and reply["add"]["nstep_dropped"] == 4
+    assert reply["set"]["nstep_pending"] == 2
