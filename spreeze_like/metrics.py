@@ -111,6 +111,7 @@ TAGS = {
     "replay/td_error": "mean |TD error| of the sampled batches (the priorities' source)",
     "replay/is_weight_mean": "mean importance weight of the sampled batches (1 with uniform replay)",
     "samplers/nonfinite_dropped": "transitions dropped because a value was NaN or inf (total)",
+    "samplers/nstep_dropped": "--n-step: env steps that a truncation cut short of N rewards, never stored (total)",
     "stats/nonfinite_steps": "learner updates skipped because a gradient was NaN or inf, both learners (total)",
     "stats/restarts": "parallel mode: role restarts by the supervisor plus remote sampler actors' restarts (total)",
     "remote/sampler-<i>/steps_per_s": "remote sampler row i (--remote-samplers): env steps per second over the period",

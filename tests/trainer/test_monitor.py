@@ -131,6 +131,21 @@ def test_no_duplicate_point_when_nothing_moved(tmp_path):
     assert [s for s, _ in scalars(tmp_path)["charts/SPS"]] == [300]
 
 
+def test_nstep_drops_are_a_tag_only_where_steps_were_dropped(tmp_path):
+    block, clock = LocalStatsBlock(stats_schema(2)), Clock()
+    monitor = Monitor(tmp_path, block.snapshot, {"env": "X"}, total_steps=1000, tb_interval=1.0, clock=clock)
+    block.role("sampler-0").add("env_steps", 100)
+    clock.t += 1.0
+    assert monitor.poll()  # a one-step run (or an --n-step run before its first truncation): no tag
+    block.role("sampler-0").add("nstep_dropped", 4)
+    block.role("sampler-1").add("nstep_dropped", 2)
+    block.role("sampler-1").add("env_steps", 100)
+    clock.t += 1.0
+    assert monitor.poll()
+    monitor.close()
+    assert scalars(tmp_path)["samplers/nstep_dropped"] == [(200, 6.0)]
+
+
 def test_curves_rows_for_training_periods_and_evaluations(tmp_path):
     block, clock = LocalStatsBlock(stats_schema(2)), Clock()
     config = {"env": "X", "algo": "td3", "seed": 4, "serial": False, "eval_episodes": 7}
