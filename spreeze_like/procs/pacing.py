@@ -24,6 +24,7 @@ Non-finite transitions that samplers drop are not emitted, so the counts above s
 from __future__ import annotations
 
 import math
+from typing import Any
 
 # Rule 3's bound: the critic may be this many actor updates ahead before it waits. The two updates
 # cost about the same, so on average neither waits; the slack absorbs the scheduler's jitter on a
@@ -120,6 +121,18 @@ def claimed(sampler_rows: list) -> float:
     stop short of the data the critic waits for: a deadlock once the drops outgrow the lead."""
     return sum(r.get("env_steps") - r.get("nonfinite_dropped") - r.get("nstep_dropped") - r.get("nstep_pending")
                + r.get("in_flight") for r in sampler_rows)
+
+
+def drop_held_steps(row: Any) -> None:
+    """A sampler process or remote actor that died took its n-step windows with it (``roles/nstep.py``): the
+    steps its row still reports as held become dropped, so :func:`claimed` stays exact. Left as held, every
+    restart would add up to (N-1) x envs steps that never become rows, until the samplers stop short of the
+    critic's next update for good. Called by whoever starts the row's next writer (the sampler process at
+    its start, the Ray bridge when it forgets an actor's calls)."""
+    held = row.get("nstep_pending")
+    if held:
+        row.add("nstep_dropped", held)
+        row.set("nstep_pending", 0.0)
 
 
 def sampler_quotas(remaining: int, samplers: int) -> list[int]:

@@ -87,6 +87,7 @@ def run(args: ChildArgs) -> None:
         control = Control(block)
         row = block.role(args.role)
         row.claim()
+        pacing.drop_held_steps(row)  # a restart: the dead process's n-step windows died with it
         sampler_rows = [block.role(r) for r in block.roles if r.startswith("sampler-")]
         sink = RingSink(shm.ring(i, "writer"), control, row)
         weights = shm.board("actor", "reader")

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from spreeze_like.procs.control import RUN
+from spreeze_like.procs.pacing import drop_held_steps
 
 
 class Cluster(Protocol):
@@ -82,9 +83,12 @@ class RemoteSlot:
         self.lag = 0.0
 
     def forget_calls(self) -> None:
+        """The actor's calls are lost (it died, hung or was given up, or the bridge restarted): so are its
+        n-step windows."""
         self.calls.clear()
         self.in_flight = 0
         self.row.set("in_flight", 0.0)
+        drop_held_steps(self.row)
 
     def state(self, phase: int, quota: float) -> str:
         if self.abandoned:

@@ -33,3 +33,30 @@ def test_samplers_that_drop_most_steps_still_finish_the_run_with_every_step_coun
     assert counters["replay"]["inserted"] == rows == 600
     assert counters["critic-learner"]["total_updates"] == pacing.critic_budget(600, pacing.learn_after(64, 300), 1.0)
     assert_nothing_left(run_dir)
+
+
+def test_a_restarted_sampler_counts_the_steps_its_dead_process_held(tmp_path):
+    """sampler-1's env raises once mid-run (TinyFlaky) with 2 steps in its n-step window: in a sampler process
+    TinyFlaky runs 7-step cycles (a 5-step episode, then one cut at its NaN step 2), and its 206th step is
+    step 3 of a whole episode. The restarted process counts the 2 as dropped, so every sampler row's steps are
+    its rows in replay, its drops and what it holds at the end, exactly (left as held, they would count as
+    rows that never come)."""
+    from .test_faults import run_cli_with
+
+    once = tmp_path / "raise-once"
+    once.write_text("")
+    env = {"SPZ_TEST_RAISE_ROLE": "sampler-1", "SPZ_TEST_RAISE_AFTER": "205", "SPZ_TEST_RAISE_ONCE": str(once)}
+    proc = run_cli_with(env, "--hidden-sizes", "32", "32", "--batch-size", "64", "--learning-starts", "300",
+                        "--eval-episodes", "2", "--eval-every", "0", "--log-interval", "0", "--tb-interval", "0.5",
+                        "--env", "trainer.tiny_envs:TinyFlaky-v0", "--n-step", "3", "--samplers", "2",
+                        "--total-steps", "1600", "--logdir", str(tmp_path / "runs"))
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert not once.exists(), "the env never raised"
+    run_dir = only_run_dir(tmp_path / "runs")
+    status = read_status(run_dir)
+    assert status["roles"]["sampler-1"]["restarts"] == 1
+    counters = status["counters"]
+    rows = sum(counters[r]["env_steps"] - counters[r]["nonfinite_dropped"] - counters[r]["nstep_dropped"]
+               - counters[r]["nstep_pending"] for r in ("sampler-0", "sampler-1"))
+    assert counters["replay"]["inserted"] == rows, counters
+    assert_nothing_left(run_dir)

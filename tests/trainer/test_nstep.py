@@ -173,3 +173,20 @@ def test_a_remote_sampler_reports_its_dropped_and_held_steps_with_its_rows():
     assert reply["steps"] == 12 and len(reply["rows"]) == 6
     assert reply["add"]["env_steps"] == 12 and reply["add"]["nstep_dropped"] == 4
     assert reply["set"]["nstep_pending"] == 2
+
+
+def test_a_dead_writers_held_steps_become_dropped_steps():
+    """What a restarted sampler process (or the Ray bridge, forgetting a dead actor) does to the row first."""
+    row = LocalStatsBlock(stats_schema(1)).role("sampler-0")
+    row.add("env_steps", 10)
+    row.add("nstep_dropped", 2)
+    row.set("nstep_pending", 3)
+    before = pacing.claimed([{"env_steps": 10, "nonfinite_dropped": 0, "nstep_dropped": 2, "nstep_pending": 3,
+                              "in_flight": 0}])
+    pacing.drop_held_steps(row)
+    assert row.get("nstep_dropped") == 5 and row.get("nstep_pending") == 0
+    after = pacing.claimed([{**{k: row.get(k) for k in ("env_steps", "nonfinite_dropped", "nstep_dropped",
+                                                       "nstep_pending")}, "in_flight": 0}])
+    assert after == before == 5  # the same count: the held steps are now dropped, not emitted
+    pacing.drop_held_steps(row)  # nothing held: nothing changes
+    assert row.get("nstep_dropped") == 5
