@@ -26,7 +26,8 @@ Episode ends, per env:
 Steps held in the windows (at most N-1 per env) are not yet rows: the sampler reports them
 (``nstep_pending``) so that pacing counts only rows that reach replay (``procs/pacing.claimed``). A
 sampler that stops (the run's end, a crash, a checkpoint's resume) loses what it held: at most N-1
-steps per env, never a wrong row.
+steps per env, never a wrong row. After a crash the restarted sampler process (or the Ray bridge, for a
+remote actor) turns its row's held count into dropped steps first (``pacing.drop_held_steps``).
 """
 
 from __future__ import annotations
