@@ -291,10 +291,13 @@ class CurveWriter:
 
     def _upgrade_format_1(self) -> None:
         """Rewrite a format 1 file (no ``success`` column; a run begun before 2026-11-29) in format 2, so that
-        this writer's rows fit the file's columns. Every line is kept but a torn last one."""
+        this writer's rows fit the file's columns. Every line is kept but a torn last one. Only the column line
+        is read unless the file is format 1: the writer's cut or continue reads the whole file next anyway."""
+        with open(self.path, errors="replace") as f:
+            f.readline()
+            if f.readline().rstrip("\n") != ",".join(COLUMNS_1):
+                return  # format 2, or not a curves file: _split says which, in the cut or continue that follows
         meta, lines, columns = _split(self.path)
-        if columns == len(COLUMNS):
-            return
         body = []
         for line in lines[:-1]:  # the last element is "" or a torn line
             if line and not line.startswith("#"):

@@ -271,6 +271,11 @@ def env_info(env: str, env_kwargs: Mapping[str, Any] | None = None, first_step: 
         instance.close()
 
 
+def made_with_kwargs(env_kwargs: Mapping[str, Any] | None) -> str:
+    """`` made with --env-kwargs {...}`` for a message about an env made with the flag, else ``""``."""
+    return f" made with --env-kwargs {json.dumps(dict(env_kwargs))}" if env_kwargs else ""
+
+
 def check_first_step(env: gym.Env, name: str, env_kwargs: Mapping[str, Any] | None = None) -> None:
     """Reset ``env`` and step it once with the zero action (the middle of every rescaled Box); raise EnvError if
     either raises or returns what a sampler cannot use.
@@ -281,7 +286,7 @@ def check_first_step(env: gym.Env, name: str, env_kwargs: Mapping[str, Any] | No
     back-off, about 3 minutes, before the run failed with exit status 1 (measured 2026-11-29). One step in
     the planning process makes that the usual one ``error:`` line, exit status 2, before a run folder exists.
     An env that fails only later, or only at random, is still the supervisor's to restart."""
-    made_with = f" made with --env-kwargs {json.dumps(dict(env_kwargs))}" if env_kwargs else ""
+    made_with = made_with_kwargs(env_kwargs)
     fix = ("check the names and values against the env's constructor" if env_kwargs
            else "fix the env or pick another")
     old_api = EnvError(f"env {name!r}: its step() returns old gym's 4-tuple; gymnasium envs return (observation, "

@@ -17,7 +17,6 @@ with no display; needs the ``[video]`` extra).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -112,7 +111,9 @@ def evaluate(args: argparse.Namespace) -> int:
         prefer_headless_gl()  # before MuJoCo is imported (by the first make_env)
         video = VideoFile(check_video_path(args.video))
     policy = load_policy(args.path)
-    made_with = f" made with --env-kwargs {json.dumps(policy.env_kwargs)}" if policy.env_kwargs else ""
+    from spreeze_like.envs import made_with_kwargs
+
+    made_with = made_with_kwargs(policy.env_kwargs)
     say(f"{policy.algo} policy for {policy.env_id}{made_with} after {policy.env_steps:,} env steps "
         f"({policy.checkpoint})")
     results = run_episodes(policy, args.episodes, args.seed, args.render, video)

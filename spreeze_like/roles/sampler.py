@@ -118,17 +118,16 @@ class SamplerWorker:
             rewards[j], terminated[j], truncated[j] = r, term, trunc
         rows = self.layout.pack(self.obs, actions, rewards, next_obs, terminated, truncated, out=self._rows)
         finite = finite_rows(rows)
-        if not finite.all():
-            self.stats.add("nonfinite_dropped", float(n - finite.sum()))
+        all_finite = bool(finite.all())
+        emitted = n if all_finite else int(finite.sum())
+        if not all_finite:
+            self.stats.add("nonfinite_dropped", float(n - emitted))
         if self.nstep is not None:
             emitted = self._fold(actions, rewards, next_obs, terminated, truncated, finite)
-        elif finite.all():
+        elif all_finite:
             self.sink.write(rows)
-            emitted = n
-        else:
-            if finite.any():
-                self.sink.write(rows[finite])
-            emitted = int(finite.sum())
+        elif emitted:
+            self.sink.write(rows[finite])
         self.env_steps += n
         self.stats.add("env_steps", float(n))
         self.episode_return += rewards
