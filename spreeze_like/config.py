@@ -49,6 +49,7 @@ DEVICE_REPLAY = ("auto", "on", "off")  # roles/batches.py
 # --n-step's bound: past a few dozen steps the off-policy bias of uncorrected n-step returns dominates, and each
 # truncated episode drops N - 1 of its steps (roles/nstep.py); 100 only catches a typo
 MAX_N_STEP = 100
+MAX_HER_GOALS = 32  # the HER paper found 4 to 8 best; more only stores copies of the same steps
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps)$")
 
 
@@ -147,6 +148,8 @@ class TrainConfig:
     gamma: float = _f(0.99, "discount factor")
     n_step: int = _f(1, "n-step returns: each stored transition sums the next N rewards (discounted) and "
                      "bootstraps from the observation N steps later with gamma^N; 1 = one-step TD")
+    her_goals: int = _f(0, "hindsight experience replay (goal envs): each step is stored this many times more, "
+                        "with goals the episode achieved later ('future'); 0 = off, 4 is HER's usual")
     tau: float = _f(0.005, "target network soft-update rate")
     actor_lr: float | None = _f(None, "actor learning rate (Adam); auto = the preset's for the env and algorithm "
                                 "(--list-presets), else 3e-4")
@@ -288,6 +291,14 @@ class TrainConfig:
             raise bad("gamma", "must be in [0, 1)")
         if not isinstance(self.n_step, int) or not 1 <= self.n_step <= MAX_N_STEP:
             raise bad("n_step", f"must be an integer in [1, {MAX_N_STEP}] (1: one-step TD; 3 to 5 is usual)")
+        if not isinstance(self.her_goals, int) or not 0 <= self.her_goals <= MAX_HER_GOALS:
+            raise bad("her_goals", f"must be an integer in [0, {MAX_HER_GOALS}] (0: off; 4 is HER's usual)")
+        if self.her_goals and self.n_step > 1:
+            raise bad("her_goals", "does not combine with --n-step > 1 (a relabelled n-step row needs each of its "
+                                   "N rewards recomputed): drop one of the two")
+        if self.her_goals and self.remote_samplers:
+            raise bad("her_goals", "is not built for remote samplers (--remote-samplers): run HER with local "
+                                   "samplers")
         if not 0.0 < self.tau <= 1.0:
             raise bad("tau", "must be in (0, 1]")
         if not 0.0 <= self.priority_beta <= 1.0:
@@ -309,6 +320,12 @@ class TrainConfig:
         check_bounds(self, bad)  # config_bounds.py: counts past this machine's limits (finding 12)
         check_remote(self, bad)
         return self
+
+    @property
+    def utd_per_row(self) -> float:
+        """Critic updates per row stored: ``utd`` for plain rows; with ``--her-goals K`` each env step stores 1 + K
+        rows, and ``utd`` stays updates per env step (roles/her.py)."""
+        return self.utd / (1 + self.her_goals)
 
     @property
     def sampler_rows(self) -> int:

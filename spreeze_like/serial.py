@@ -140,8 +140,10 @@ class SerialTrainer:
             while steps < cfg.total_steps and signals.received is None:
                 for sampler in self.samplers:
                     collected = sampler.step()
-                    if self.writer.size >= learn_after:
-                        self.update_credit += collected * cfg.utd
+                    if self.writer.size >= learn_after:  # the rows from the one that reached learn_after on earn
+                        # updates (pacing.critic_budget): an episode's HER rows arrive at once, possibly across it
+                        earning = min(collected, self.writer.size - learn_after + 1)
+                        self.update_credit += earning * cfg.utd_per_row  # per row (HER stores 1 + K per step)
                         self._learn()
                 steps = self.env_steps()
                 if steps >= next_eval:

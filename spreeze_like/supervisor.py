@@ -177,7 +177,7 @@ class Supervisor:
         self.spec = AlgoSpec.from_config(cfg, info.obs_dim, info.act_dim)
         # The local samplers' lead (their resume gap and their rings), plus two collect batches in flight per
         # remote sampler (pacing.remote_lead): the run's lead, which the critic's allowance adds.
-        self.local_lead = pacing.default_lead(cfg.samplers, cfg.envs_per_sampler, cfg.utd)
+        self.local_lead = pacing.default_lead(cfg.samplers, cfg.envs_per_sampler, cfg.utd_per_row)
         batch = remote_batch_rows(cfg) if cfg.remote_samplers else 0
         self.lead = self.local_lead + pacing.remote_lead(cfg.remote_samplers, batch)
         remote_envs = cfg.remote_envs_per_sampler or cfg.envs_per_sampler
@@ -210,7 +210,7 @@ class Supervisor:
         # Samplers may collect the warm-up while the learners are still importing torch: the critic
         # learner's first allowance is set here, before the critic (its row's only other writer) exists.
         start = pacing.session_learn_after(cfg.batch_size, cfg.learning_starts, self.preloaded)
-        self.block.role("critic-learner").set("allowance", float(pacing.data_allowance(0, start, cfg.utd, self.lead)))
+        self.block.role("critic-learner").set("allowance", float(pacing.data_allowance(0, start, cfg.utd_per_row, self.lead)))
 
     def _spawn_all(self) -> None:
         cfg = self.config

@@ -29,6 +29,7 @@ from spreeze_like.errors import ConfigError
 from spreeze_like.layering import complete_sources, lay_presets, mark_planned, python_sources, settings_lines
 from spreeze_like.modes import parallel_entry, serial_entry
 from spreeze_like.results import TrainResult
+from spreeze_like.roles.her import check_her
 from spreeze_like.rundir import prepare_run
 from spreeze_like.structured_obs import describe
 
@@ -113,6 +114,8 @@ def _plan(config: TrainConfig, print_fn: Callable[[str], None], explicit: Collec
     resolved = config.resolve()
     # a bad env fails here, before a run folder is made for it; so does one whose first step raises
     info = env_info(resolved.env, resolved.env_kwargs, first_step=True)
+    if resolved.her_goals:  # an env that cannot be relabelled, or whose compute_reward raises: here, not in a sampler
+        check_her(resolved.env, resolved.env_kwargs, resolved.her_goals)
     if info.structured_obs_space is not None:
         print_fn(f"[spreeze] observations: {describe(info.structured_obs_space)}, flattened into {info.obs_dim} "
                  "inputs in that order")

@@ -110,7 +110,7 @@ class CriticLoop(LearnerLoop):
         # rows a resume loaded into replay (--save-replay) count toward the warm-up, not toward this session's data
         self.preloaded = int(args.extra.get("preloaded", 0))
         self.start = pacing.session_learn_after(cfg.batch_size, cfg.learning_starts, self.preloaded)
-        self.utd, self.lead, self.delay = cfg.utd, int(args.extra["lead"]), max(1, cfg.policy_delay)
+        self.utd, self.lead, self.delay = cfg.utd_per_row, int(args.extra["lead"]), max(1, cfg.policy_delay)
         self.session = 0
         self.t0: float | None = None
         self.cpu0 = 0.0

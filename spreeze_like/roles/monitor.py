@@ -236,9 +236,10 @@ class Monitor:
         self.sample_hz_ema = sample_hz if self.sample_hz_ema is None else 0.7 * self.sample_hz_ema + 0.3 * sample_hz
         scalars["charts/SPS"] = (step - self.start_step) / max(now - self.t0, 1e-9)
         scalars["samplers/nonfinite_dropped"] = self._sum(snap, "sampler", "nonfinite_dropped")
-        nstep_dropped = self._sum(snap, "sampler", "nstep_dropped")
-        if nstep_dropped:  # --n-step runs only (roles/nstep.py): one-step runs never drop a step this way
-            scalars["samplers/nstep_dropped"] = nstep_dropped
+        for name in ("nstep_dropped", "her_rows"):  # --n-step and --her-goals runs only (roles/nstep.py, her.py)
+            total = self._sum(snap, "sampler", name)
+            if total:
+                scalars[f"samplers/{name}"] = total
         scalars["stats/nonfinite_steps"] = sum(snap.get(r, {}).get("nonfinite_steps", 0.0)
                                                for r in ("critic-learner", "actor-learner"))
         self._learner_scalars(snap, before, rate, step, scalars)

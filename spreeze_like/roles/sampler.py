@@ -22,6 +22,8 @@ The rules that make the data right:
 * With ``--n-step N`` (N > 1) each env's steps go through :class:`~spreeze_like.roles.nstep.NStepWindows`
   and a row is emitted once its N rewards are in (or its episode terminated): see that module for the
   rows, the bootstrap and the steps a truncation drops.
+* With ``--her-goals K`` each env's episode is held by :class:`~spreeze_like.roles.her.HerEpisodes`, and when it
+  ends its steps are stored K times more with goals it achieved later: see that module.
 * Seeds: env ``j`` of sampler ``i`` is reset first with ``seeding.env_seed(seed, global index,
   generation)`` (``seed + index`` in a run's first generation, gymnasium's convention, so a peer
   run with the same seed starts from the same states); later resets continue the env's own RNG.
@@ -43,9 +45,12 @@ import numpy as np
 from spreeze_like.algos.numpy_policy import NumpyPolicy
 from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.envs import episode_success, make_env, obs_vector, reset_env
+from spreeze_like.errors import EnvError
+from spreeze_like.roles.her import HerEpisodes, goal_env_problem, goal_slices
 from spreeze_like.roles.nstep import NStepWindows
 from spreeze_like.roles.ports import StatsWriter, TransitionSink, WeightsSource, observe
 from spreeze_like.seeding import derive_seed, env_seed
+from spreeze_like.structured_obs import structured_space_of
 from spreeze_like.transition import TransitionLayout, finite_rows
 
 
@@ -99,6 +104,7 @@ class SamplerWorker:
         self.episode_length = np.zeros(n_envs, dtype=np.int64)
         self._rows = np.empty((n_envs, self.layout.width), dtype=np.float32)
         self.nstep = NStepWindows(n_envs, spec.n_step, spec.gamma) if spec.n_step > 1 else None
+        self.her = self._her_episodes(generation) if spec.her_goals else None
 
     # --- one step of every env ------------------------------------------------------------------------
     def step(self) -> int:
@@ -128,6 +134,10 @@ class SamplerWorker:
             self.sink.write(rows)
         elif emitted:
             self.sink.write(rows[finite])
+        if self.her is not None:  # copies: self.obs and next_obs are written over as the envs go on and reset
+            for j in np.flatnonzero(finite):
+                self.her.add(j, self.obs[j].copy(), actions[j].copy(), next_obs[j].copy(), float(terminated[j]),
+                             float(truncated[j]), infos[j])
         self.env_steps += n
         self.stats.add("env_steps", float(n))
         self.episode_return += rewards
@@ -135,7 +145,15 @@ class SamplerWorker:
         # Episode ends: record, then reset by hand. The row above already holds the true final obs.
         done = (terminated > 0) | (truncated > 0) | ~finite
         self.obs = next_obs
+        relabelled: list[tuple[np.ndarray, ...]] = []
         for j in np.flatnonzero(done):
+            if self.her is not None:
+                if finite[j]:
+                    rows_j = self.her.end(j)
+                    if rows_j is not None:
+                        relabelled.append(rows_j)
+                else:
+                    self.her.drop(j)
             if finite[j]:
                 self.episodes += 1
                 self.stats.add("episodes")
@@ -147,7 +165,33 @@ class SamplerWorker:
             self.episode_return[j] = 0.0
             self.episode_length[j] = 0
             self.obs[j] = reset_env(self.envs[j], self.env_id)
+        if self.her is not None:
+            emitted += self._write_relabelled(relabelled)
         return emitted
+
+    def _her_episodes(self, generation: int) -> HerEpisodes:
+        env = self.envs[0]
+        problem = goal_env_problem(env)  # the run's start refused such an env already (her.check_goal_env)
+        if problem:
+            raise EnvError(f"--her-goals needs a goal env, and {self.env_id!r} is not one: {problem}")
+        slices = goal_slices(structured_space_of(env))
+        assert slices is not None
+        rng = np.random.default_rng(derive_seed(self.spec.seed, "sampler/her", self.index, generation))
+        return HerEpisodes(len(self.envs), self.spec.her_goals, slices, env, rng, self.env_id)
+
+    def _write_relabelled(self, parts: list[tuple[np.ndarray, ...]]) -> int:
+        """HER: the relabelled rows of the episodes that ended in this step, to the sink; returns how many."""
+        if not parts:
+            return 0
+        rows = self.layout.pack(*(np.concatenate(column) for column in zip(*parts)))
+        keep = finite_rows(rows)  # compute_reward is the env's code: it may return NaN for an odd goal
+        if not keep.all():
+            self.stats.add("nonfinite_dropped", float(len(rows) - keep.sum()))
+            rows = rows[keep]
+        if len(rows):
+            self.sink.write(rows)
+            self.stats.add("her_rows", float(len(rows)))
+        return len(rows)
 
     def _fold(self, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray, terminated: np.ndarray,
               truncated: np.ndarray, finite: np.ndarray) -> int:
@@ -210,6 +254,7 @@ class SamplerWorker:
             "episodes": self.episodes,
             "rng": self.rng.bit_generator.state,
             "noise_rng": self.noise.bit_generator.state,
+            **({"her_rng": self.her.rng.bit_generator.state} if self.her is not None else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -218,6 +263,8 @@ class SamplerWorker:
         self.rng.bit_generator.state = state["rng"]
         if "noise_rng" in state:  # checkpoints before the numpy policy held a torch generator: keep the seeded one
             self.noise.bit_generator.state = state["noise_rng"]
+        if self.her is not None and "her_rng" in state:  # a run that resumes with HER after one without keeps its seed
+            self.her.rng.bit_generator.state = state["her_rng"]
 
 
 def random_steps_per_sampler(learning_starts: int, samplers: int) -> int:

@@ -9,6 +9,12 @@ Used as ``trainer.goal_envs:TinyGoal-v0`` (``tests/`` on the path).
   about -4 per episode (staying at 0: ``E|goal| = 0.5`` a step); one that moves to the goal scores
   about -0.6. Each step's ``info["is_success"]`` says whether the point is within 0.1 of the goal.
 * ``TinyGoalTuple-v0``: the same observation as a ``Tuple(Box(2), Box(1), Discrete(3))``.
+* ``TinyReach-v0``: the same line and moves, with gymnasium-robotics' goal API for HER: observation
+  ``Dict(achieved_goal: Box(1) [position], desired_goal: Box(1), observation: Box(2) [position, t / 8])`` and a
+  sparse reward from ``compute_reward(achieved, desired, info)``: 0 within 0.1 of the goal, else -1 (vectorised,
+  as gymnasium-robotics' are). ``TinyReachOneGoal-v0``: a ``compute_reward`` that takes one goal at a time (it
+  raises on a batch). ``TinyReachEnds-v0``: the episode terminates on success and ``compute_terminated`` says so.
+  ``TinyReachBadReward-v0``: ``compute_reward`` raises (a step's own reward does not use it).
 
 Observations that do not fit their space, to be refused with one ``error:`` line:
 
@@ -69,9 +75,47 @@ class TinyGoal(gym.Env):
         return self._obs("step"), -distance, False, False, {"is_success": distance < 0.1}
 
 
-def _register(env_id: str, **kwargs) -> None:
+class TinyReach(gym.Env):
+    metadata: ClassVar[dict] = {"render_modes": []}
+
+    def __init__(self, odd: str | None = None) -> None:
+        line = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.observation_space = gym.spaces.Dict({"observation": gym.spaces.Box(-np.inf, np.inf, (2,), np.float32),
+                                                  "achieved_goal": line, "desired_goal": line})
+        self.action_space = gym.spaces.Box(-1.0, 1.0, (1,), np.float32)
+        self.odd = odd
+        self.position, self.goal, self.t = 0.0, 0.0, 0
+
+    def _obs(self):
+        return {"observation": np.array([self.position, self.t / EPISODE], np.float32),
+                "achieved_goal": np.array([self.position], np.float32), "desired_goal": np.array([self.goal], np.float32)}
+
+    def compute_reward(self, achieved_goal, desired_goal, info):
+        if self.odd == "bad_reward":
+            raise ZeroDivisionError("no reward today")
+        if self.odd == "one_goal":
+            return -float(abs(float(achieved_goal[0]) - float(desired_goal[0])) > 0.1)  # float() of a row raises
+        return -(np.abs(achieved_goal - desired_goal)[..., 0] > 0.1).astype(np.float32)
+
+    def compute_terminated(self, achieved_goal, desired_goal, info):
+        return self.odd == "ends" and bool(abs(float(achieved_goal[0]) - float(desired_goal[0])) <= 0.1)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.position, self.goal, self.t = 0.0, float(self.np_random.uniform(-1.0, 1.0)), 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        self.position = float(np.clip(self.position + 0.25 * float(np.asarray(action).reshape(-1)[0]), -1.0, 1.0))
+        success = abs(self.position - self.goal) <= 0.1
+        reward = 0.0 if success else -1.0  # compute_reward's value, without calling it (bad_reward's raises)
+        return self._obs(), reward, self.odd == "ends" and success, False, {"is_success": success}
+
+
+def _register(env_id: str, entry: str = "TinyGoal", **kwargs) -> None:
     if env_id not in gym.registry:
-        gym.register(env_id, entry_point=f"{__name__}:TinyGoal", max_episode_steps=EPISODE, kwargs=kwargs)
+        gym.register(env_id, entry_point=f"{__name__}:{entry}", max_episode_steps=EPISODE, kwargs=kwargs)
 
 
 _register("TinyGoal-v0")
@@ -80,3 +124,7 @@ _register("TinyGoalMissingKey-v0", odd="missing_key")
 _register("TinyGoalBadPhase-v0", odd="bad_phase")
 _register("TinyGoalBadShape-v0", odd="bad_shape")
 _register("TinyGoalText-v0", odd="text")
+_register("TinyReach-v0", "TinyReach")
+_register("TinyReachOneGoal-v0", "TinyReach", odd="one_goal")
+_register("TinyReachEnds-v0", "TinyReach", odd="ends")
+_register("TinyReachBadReward-v0", "TinyReach", odd="bad_reward")

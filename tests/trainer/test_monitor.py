@@ -131,19 +131,20 @@ def test_no_duplicate_point_when_nothing_moved(tmp_path):
     assert [s for s, _ in scalars(tmp_path)["charts/SPS"]] == [300]
 
 
-def test_nstep_drops_are_a_tag_only_where_steps_were_dropped(tmp_path):
+@pytest.mark.parametrize("counter", ["nstep_dropped", "her_rows"])
+def test_nstep_drops_and_her_rows_are_a_tag_only_where_there_are_some(tmp_path, counter):
     block, clock = LocalStatsBlock(stats_schema(2)), Clock()
     monitor = Monitor(tmp_path, block.snapshot, {"env": "X"}, total_steps=1000, tb_interval=1.0, clock=clock)
     block.role("sampler-0").add("env_steps", 100)
     clock.t += 1.0
-    assert monitor.poll()  # a one-step run (or an --n-step run before its first truncation): no tag
-    block.role("sampler-0").add("nstep_dropped", 4)
-    block.role("sampler-1").add("nstep_dropped", 2)
+    assert monitor.poll()  # a run without the flag (or one before its first truncation / episode end): no tag
+    block.role("sampler-0").add(counter, 4)
+    block.role("sampler-1").add(counter, 2)
     block.role("sampler-1").add("env_steps", 100)
     clock.t += 1.0
     assert monitor.poll()
     monitor.close()
-    assert scalars(tmp_path)["samplers/nstep_dropped"] == [(200, 6.0)]
+    assert scalars(tmp_path)[f"samplers/{counter}"] == [(200, 6.0)]
 
 
 def test_curves_rows_for_training_periods_and_evaluations(tmp_path):

@@ -125,7 +125,8 @@ def test_every_learner_bootstraps_with_gamma_to_the_n(algo):
 
 
 def test_pacing_counts_no_held_or_dropped_step_as_emitted():
-    row = {"env_steps": 100.0, "nonfinite_dropped": 2.0, "nstep_dropped": 30.0, "nstep_pending": 4.0, "in_flight": 8.0}
+    row = {"env_steps": 100.0, "nonfinite_dropped": 2.0, "nstep_dropped": 30.0, "nstep_pending": 4.0, "in_flight": 8.0,
+           "her_rows": 0.0}
     assert pacing.claimed([row]) == 100 - 2 - 30 - 4 + 8
 
 
@@ -182,11 +183,11 @@ def test_a_dead_writers_held_steps_become_dropped_steps():
     row.add("nstep_dropped", 2)
     row.set("nstep_pending", 3)
     before = pacing.claimed([{"env_steps": 10, "nonfinite_dropped": 0, "nstep_dropped": 2, "nstep_pending": 3,
-                              "in_flight": 0}])
+                              "in_flight": 0, "her_rows": 0}])
     pacing.drop_held_steps(row)
     assert row.get("nstep_dropped") == 5 and row.get("nstep_pending") == 0
     after = pacing.claimed([{**{k: row.get(k) for k in ("env_steps", "nonfinite_dropped", "nstep_dropped",
-                                                       "nstep_pending")}, "in_flight": 0}])
+                                                       "nstep_pending", "her_rows")}, "in_flight": 0}])
     assert after == before == 5  # the same count: the held steps are now dropped, not emitted
     pacing.drop_held_steps(row)  # nothing held: nothing changes
     assert row.get("nstep_dropped") == 5
