@@ -31,7 +31,7 @@ SAMPLER = StatsSchema(
     "sampler",
     # nstep_dropped / nstep_pending: env steps that a truncation cut out of their n-step return, and steps held
     # in n-step windows now (--n-step > 1 only; roles/nstep.py): neither is a row in replay
-    # her_rows: rows stored with a relabelled goal (--her-goals; roles/her.py), beside the env steps' own rows
+    # her_rows: rows made with a relabelled goal (--her-goals; roles/her.py), beside the env steps' own rows
     counters=("env_steps", "episodes", "nonfinite_dropped", "nstep_dropped", "her_rows"),
     means=("episodic_return", "episodic_length", "policy_lag", "episodic_success"),  # success: goal envs only
     gauges=("policy_version", "nstep_pending"),
@@ -113,7 +113,8 @@ TAGS = {
     "replay/is_weight_mean": "mean importance weight of the sampled batches (1 with uniform replay)",
     "samplers/nonfinite_dropped": "transitions dropped because a value was NaN or inf (total)",
     "samplers/nstep_dropped": "--n-step: env steps that a truncation cut short of N rewards, never stored (total)",
-    "samplers/her_rows": "--her-goals: rows stored with a goal relabelled from a later step of the episode (total)",
+    "samplers/her_rows": "--her-goals: rows made with a goal relabelled from a later step of the episode (total; "
+                         "those with a NaN or inf are dropped and counted in samplers/nonfinite_dropped too)",
     "stats/nonfinite_steps": "learner updates skipped because a gradient was NaN or inf, both learners (total)",
     "stats/restarts": "parallel mode: role restarts by the supervisor plus remote sampler actors' restarts (total)",
     "remote/sampler-<i>/steps_per_s": "remote sampler row i (--remote-samplers): env steps per second over the period",

@@ -21,9 +21,8 @@ Decisions:
   indexing). The check raises :class:`~spreeze_like.errors.EnvError` (one line, exit status 2, naming the
   part, e.g. ``observation['desired_goal']``), as :func:`~spreeze_like.envs.obs_vector` does for a Box.
   Box bounds are not checked, as for a plain Box observation: envs exceed declared bounds routinely.
-* **No goal relabelling (HER).** A sparse-reward goal env (``PointMaze_UMaze-v3``) trains, but learns
-  as slowly as plain SAC does without HER; use its ``Dense`` variant. Relabelling needs the reward
-  function and episode boundaries in replay and is not built.
+* **Goal relabelling (HER)** is the samplers' (``--her-goals``, :mod:`spreeze_like.roles.her`): it finds
+  ``achieved_goal`` and ``desired_goal`` in the flattened vector by this order.
 
 Cost, on the hot path of every sampler step (measured on PointMaze_UMazeDense-v3's observation, 2-core
 EPYC, 2026-11-29): 7 us for a Dict or Tuple of Boxes, checked and joined by :func:`_join_box_parts`; 16-18 us

@@ -7,6 +7,7 @@
     python tools/bench_vs_sb3.py --env HalfCheetah-v5 --seeds 1 2 --total-steps 200000 --wall-budget 1800
     python tools/bench_vs_sb3.py --env HalfCheetah-v5 --device cuda:0 --peer-device cuda   # on a GPU machine
     python tools/bench_vs_sb3.py --total-steps 600 --seeds 1 --skip-sb3 --skip-sbx   # ours only
+    python tools/bench_vs_sb3.py --env gymnasium_robotics:PointMaze_UMaze-v3 --her-goals 4 --peers sb3 sbx   # goal env
 
 For each seed it trains ours (``spreeze_like.train``, in this process tree: ``tools/peers_ours.py``)
 and then each peer of ``--peers`` (default ``sb3 sbx sbx-crossq``: SB3 SAC, SBX SAC, SBX CrossQ;
@@ -91,6 +92,8 @@ from spreeze_like.rundir import write_text_atomic
 ENV_DEFAULTS: dict[str, tuple[float, float, int, float, int, int]] = {
     "Pendulum-v1": (-250.0, -200.0, 1000, 1e-3, 20_000, 1000),
     "HalfCheetah-v5": (1500.0, 1500.0, 10_000, 3e-4, 200_000, 10_000),
+    # sparse: +1 a step at the goal, 300-step episodes; with --her-goals 4 (BENCHMARKS.md, Trainer)
+    "gymnasium_robotics:PointMaze_UMaze-v3": (100.0, 150.0, 1000, 3e-4, 30_000, 2500),
 }
 FALLBACK_DEFAULTS = (0.0, 0.0, 10_000, 3e-4, 100_000, 10_000)
 # --skip-<flag> leaves these peers out: --skip-sbx means no SBX at all (SAC nor CrossQ)
@@ -167,12 +170,18 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--env-kwargs", type=json_object, default={}, metavar="JSON",
                         help="keyword arguments of gymnasium.make for every env of every run, ours and the peers', "
                         "training and evaluation (our --env-kwargs), e.g. '{\"ctrl_cost_weight\": 0.05}'")
+    parser.add_argument("--her-goals", type=int, default=0, metavar="K",
+                        help="hindsight relabelling on a goal env, every side alike: ours --her-goals K, the peers "
+                        "SB3's HerReplayBuffer with K 'future' goals per transition (and MultiInputPolicy)")
     parser.add_argument("--set", nargs="*", default=[],
                         type=lambda s: (s.split("=", 1)[0], json.loads(s.split("=", 1)[1])),
                         help="extra TrainConfig fields for ours, key=json")
     args = parser.parse_args(argv)
-    if any(key == "env_kwargs" for key, _ in args.set):
-        raise ConfigError("--set env_kwargs=... would reach ours only: give --env-kwargs, which every run gets")
+    for key, flag in (("env_kwargs", "--env-kwargs"), ("her_goals", "--her-goals")):
+        if any(k == key for k, _ in args.set):
+            raise ConfigError(f"--set {key}=... would reach ours only: give {flag}, which every run gets")
+    if args.her_goals < 0:
+        raise ConfigError(f"--her-goals {args.her_goals}: must be >= 0 (0: no relabelling)")
     d_train, d_eval, d_starts, d_lr, d_total, d_every = ENV_DEFAULTS.get(args.env, FALLBACK_DEFAULTS)
     args.threshold_train = d_train if args.threshold_train is None else args.threshold_train
     args.threshold_eval = d_eval if args.threshold_eval is None else args.threshold_eval

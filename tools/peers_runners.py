@@ -183,11 +183,24 @@ def algo_kwargs(args: argparse.Namespace, peer: Peer) -> dict:
     return {"policy_kwargs": {"net_arch": {"pi": [256, 256], "qf": [units, units]}}} if units else {}
 
 
+def her_kwargs(args: argparse.Namespace) -> dict:
+    """``--her-goals K``: SB3's HerReplayBuffer (SBX trains from SB3's buffers too) with K 'future' goals per real
+    transition, so K / (1 + K) of each batch is relabelled, as in ours (1 + K rows stored per env step)."""
+    k = getattr(args, "her_goals", 0)
+    if not k:
+        return {}
+    from stable_baselines3 import HerReplayBuffer
+
+    return {"replay_buffer_class": HerReplayBuffer,
+            "replay_buffer_kwargs": {"n_sampled_goal": k, "goal_selection_strategy": "future"}}
+
+
 def make_model(args: argparse.Namespace, peer: Peer, seed: int):
     """The peer's model on the recorded env (imports the peer: call it inside the clock's child)."""
     model_class = getattr(importlib.import_module(peer.module), peer.model)
-    return model_class("MlpPolicy", gym.make(RECORDED_ID), **shared_kwargs(args, peer, seed),
-                       **algo_kwargs(args, peer))
+    env = gym.make(RECORDED_ID)
+    policy = "MultiInputPolicy" if isinstance(env.observation_space, gym.spaces.Dict) else "MlpPolicy"
+    return model_class(policy, env, **shared_kwargs(args, peer, seed), **algo_kwargs(args, peer), **her_kwargs(args))
 
 
 def train_peer(args: argparse.Namespace, peer: Peer, seed: int, folder: Path) -> RunRecord:

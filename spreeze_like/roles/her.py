@@ -26,10 +26,11 @@ desired, info)``, gymnasium-robotics' ``GoalEnv`` API. Relabelled rows:
   (gymnasium-robotics' envs do; a maze with ``continuing_task=False`` ends on reaching its goal), else the
   step's own flag, as SB3 does.
 * **truncated**: the step's own flag (learners bootstrap on ``terminated`` only).
-* A relabelled row with a NaN or inf is dropped and counted as ``nonfinite_dropped``; a step that was not
-  finite drops its episode's steps held so far (the sampler resets that env).
+* A relabelled row with a NaN or inf is dropped and counted as ``nonfinite_dropped`` (and in ``her_rows``,
+  which counts the rows made, as ``env_steps`` counts steps); a step that was not finite drops its episode's
+  steps held so far (the sampler resets that env).
 
-Counting (``procs/pacing.py``): a relabelled row is counted as it is written (``her_rows``); held steps are
+Counting (``procs/pacing.py``): a relabelled row is counted as it is made (``her_rows``); held steps are
 not promised rows, so an episode that a run's end or a crash cuts off loses its relabels and nothing
 waits for them. ``--utd`` stays critic updates per env step: the learners count ``utd / (1 + K)`` per
 stored row (:attr:`~spreeze_like.config.TrainConfig.utd_per_row`). Not combined with ``--n-step`` (a

@@ -171,7 +171,7 @@ class SamplerWorker:
 
     def _her_episodes(self, generation: int) -> HerEpisodes:
         env = self.envs[0]
-        problem = goal_env_problem(env)  # the run's start refused such an env already (her.check_goal_env)
+        problem = goal_env_problem(env)  # the run's start refused such an env already (her.check_her)
         if problem:
             raise EnvError(f"--her-goals needs a goal env, and {self.env_id!r} is not one: {problem}")
         slices = goal_slices(structured_space_of(env))
@@ -184,13 +184,15 @@ class SamplerWorker:
         if not parts:
             return 0
         rows = self.layout.pack(*(np.concatenate(column) for column in zip(*parts)))
-        keep = finite_rows(rows)  # compute_reward is the env's code: it may return NaN for an odd goal
+        # made, then dropped if not finite (compute_reward is the env's code: NaN for an odd goal), as env steps
+        # are: pacing.claimed's count of rows stored stays env_steps + her_rows - nonfinite_dropped, exactly
+        self.stats.add("her_rows", float(len(rows)))
+        keep = finite_rows(rows)
         if not keep.all():
             self.stats.add("nonfinite_dropped", float(len(rows) - keep.sum()))
             rows = rows[keep]
         if len(rows):
             self.sink.write(rows)
-            self.stats.add("her_rows", float(len(rows)))
         return len(rows)
 
     def _fold(self, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray, terminated: np.ndarray,

@@ -15,6 +15,7 @@ Used as ``trainer.goal_envs:TinyGoal-v0`` (``tests/`` on the path).
   as gymnasium-robotics' are). ``TinyReachOneGoal-v0``: a ``compute_reward`` that takes one goal at a time (it
   raises on a batch). ``TinyReachEnds-v0``: the episode terminates on success and ``compute_terminated`` says so.
   ``TinyReachBadReward-v0``: ``compute_reward`` raises (a step's own reward does not use it).
+  ``TinyReachNaN-v0``: ``compute_reward`` is NaN for every goal above 0.
 
 Observations that do not fit their space, to be refused with one ``error:`` line:
 
@@ -93,6 +94,8 @@ class TinyReach(gym.Env):
     def compute_reward(self, achieved_goal, desired_goal, info):
         if self.odd == "bad_reward":
             raise ZeroDivisionError("no reward today")
+        if self.odd == "nan_reward":  # NaN for goals above 0: about half of the relabels
+            return np.where(desired_goal[..., 0] > 0, np.nan, -1.0 * (np.abs(achieved_goal - desired_goal)[..., 0] > 0.1))
         if self.odd == "one_goal":
             return -float(abs(float(achieved_goal[0]) - float(desired_goal[0])) > 0.1)  # float() of a row raises
         return -(np.abs(achieved_goal - desired_goal)[..., 0] > 0.1).astype(np.float32)
@@ -128,3 +131,4 @@ _register("TinyReach-v0", "TinyReach")
 _register("TinyReachOneGoal-v0", "TinyReach", odd="one_goal")
 _register("TinyReachEnds-v0", "TinyReach", odd="ends")
 _register("TinyReachBadReward-v0", "TinyReach", odd="bad_reward")
+_register("TinyReachNaN-v0", "TinyReach", odd="nan_reward")

@@ -141,7 +141,21 @@ def test_the_real_rows_are_a_plain_samplers_and_the_relabelled_ones_follow_each_
     assert "her_rng" in state and "her_rng" not in plain.state_dict()
 
 
-def test_pacing_counts_relabelled_rows_once_written():
+def test_relabelled_rows_that_are_not_finite_are_dropped_and_pacing_still_counts_exactly_the_rows_stored():
+    worker, sink, stats = sampler("TinyReachNaN-v0", 4, n_envs=1)
+    for _ in range(24):  # 3 whole episodes
+        worker.step()
+    stored = sum(len(w) for w in sink.writes)
+    dropped = stats.get("nonfinite_dropped")
+    assert stats.get("her_rows") == 4 * 24 and 0 < dropped < 4 * 24  # made; about half had a goal above 0
+    assert stored == 24 + 4 * 24 - dropped
+    assert np.isfinite(np.concatenate(sink.writes)).all()
+    counts = {name: stats.get(name) for name in ("env_steps", "nonfinite_dropped", "nstep_dropped", "nstep_pending",
+                                                   "her_rows")}
+    assert pacing.claimed([{**counts, "in_flight": 0.0}]) == stored
+
+
+def test_pacing_counts_relabelled_rows_once_made():
     row = {"env_steps": 100.0, "nonfinite_dropped": 0.0, "nstep_dropped": 0.0, "nstep_pending": 0.0,
            "her_rows": 320.0, "in_flight": 0.0}
     assert pacing.claimed([row]) == 420
