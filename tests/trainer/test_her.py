@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 from spreeze_like.algos.spec import AlgoSpec
+from spreeze_like.checkpoint import load_latest
 from spreeze_like.config import TrainConfig
 from spreeze_like.envs import make_env
 from spreeze_like.errors import ConfigError, EnvError
@@ -206,3 +207,18 @@ def test_a_serial_run_stores_1_plus_k_rows_per_step_and_updates_per_env_step(her
     counted from the first row past learn_after = max(32, 64) = 64 rows."""
     assert her_run.env_steps == 400 and her_run.episodes == 50
     assert her_run.critic_updates == pacing.critic_budget(1600, pacing.learn_after(32, 64), 0.25) == 384
+
+
+def test_a_resume_continues_with_relabelling_and_may_change_k(tmp_path):
+    """Replay rows are plain transitions whatever K made them, so a resume may change K (unlike --n-step's N)."""
+    base = {**TINY_RUN, "env": GOAL + "TinyReach-v0", "her_goals": 3, "total_steps": 400, "learning_starts": 64,
+            "logdir": str(tmp_path)}
+    first = train(dataclasses.replace(TrainConfig(), **base), print_fn=lambda line: None)
+    state = load_latest(first.run_dir)[0]["roles"]["sampler-0"]
+    assert "her_rng" in state
+    second = train(dataclasses.replace(TrainConfig(), **{**base, "her_goals": 1, "total_steps": 600,
+                                                         "resume": str(first.run_dir)}), print_fn=lambda line: None)
+    assert second.run_dir == first.run_dir and second.env_steps == 600
+    assert load_latest(first.run_dir)[0]["config"]["her_goals"] == 1
+    # replay starts empty again (no --save-replay): 200 steps = 25 episodes, 1 + 1 rows a step from row 64 on
+    assert second.critic_updates == first.critic_updates + pacing.critic_budget(400, 64, 0.5)
