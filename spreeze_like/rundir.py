@@ -151,9 +151,13 @@ class RunContext:
         return int(self.payload.get("generation", 0)) + 1 if self.payload else 0
 
 
+def safe_name(env: str) -> str:
+    """An env id as a file name: ``module:EnvId`` and ``namespace/`` parts become ``_`` (no ``:`` on Windows)."""
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", env)
+
+
 def run_name(config: TrainConfig, unixtime: int | None = None) -> str:
-    env = re.sub(r"[^A-Za-z0-9_.-]+", "_", config.env)  # module:EnvId and namespaces/ become safe names
-    return f"{env}__{config.algo}__{config.seed}__{int(time.time()) if unixtime is None else unixtime}"
+    return f"{safe_name(config.env)}__{config.algo}__{config.seed}__{int(time.time()) if unixtime is None else unixtime}"
 
 
 def _new_run_dir(config: TrainConfig) -> Path:

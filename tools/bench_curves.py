@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Protocol
 
 from spreeze_like.curves import CurvePoint, read_curves, write_curves
+from spreeze_like.rundir import safe_name
 
 LABELS = {"ours-parallel": "spreeze_like parallel", "ours-serial": "spreeze_like serial", "sb3": "SB3 SAC",
           "sbx": "SBX SAC", "sbx-crossq": "SBX CrossQ"}
@@ -75,7 +76,7 @@ def run_points(run: BenchRun, eval_episodes: int) -> tuple[list[CurvePoint], int
 
 
 def run_folder(curves_dir: Path, env: str, run: BenchRun) -> Path:
-    return curves_dir / f"{env.replace('/', '_')}-{run.name}-seed{run.seed}"
+    return curves_dir / f"{safe_name(env)}-{run.name}-seed{run.seed}"
 
 
 def write_bench_curves(runs: Sequence[BenchRun], curves_dir: str | Path, env: str, eval_episodes: int,
@@ -95,7 +96,7 @@ def write_bench_curves(runs: Sequence[BenchRun], curves_dir: str | Path, env: st
 
 
 def default_png(curves_dir: str | Path, env: str) -> Path:
-    return Path(curves_dir) / f"curves_{env.replace('/', '_')}.png"
+    return Path(curves_dir) / f"curves_{safe_name(env)}.png"
 
 
 def plot_bench(run_dirs: Sequence[Path], png: str | Path, env: str, window: int) -> Path:
