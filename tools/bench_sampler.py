@@ -4,7 +4,8 @@ Each process runs what a run's sampler process runs (:mod:`spreeze_like.autotune
 a ``SamplerWorker`` with K envs and its numpy policy (SAC 256x256 by default, random weights: the
 cost of a forward pass does not depend on them), one batched policy inference for its K envs per
 step -- policy actions, not random ones --, each env stepped and reset by hand, rows packed and
-checked for non-finite values; the rows are then dropped instead of written to a ring (the ring's
+checked for non-finite values (with ``--n-step`` folded, with ``--her-goals`` relabelled at each episode's
+end, as a run's sampler does); the rows are then dropped instead of written to a ring (the ring's
 cost: ``tools/bench_ipc.py``, millions of rows/s). Processes are spawned with one BLAS thread, like
 a run's samplers, and never import torch. Every point starts its N processes at one wall time and
 sums their rates over the same window; building the envs and warming up are not timed.
@@ -12,6 +13,7 @@ sums their rates over the same window; building the envs and warming up are not 
     python tools/bench_sampler.py --quick --json sampler_curve.json   # HalfCheetah-v5: N 1,2,4,..,cores x K 1,4,16
     python tools/bench_sampler.py --envs HalfCheetah-v5 --procs 1 2 4 8 16 --ks 1 4 16 --seconds 2
     python tools/bench_sampler.py --envs Pendulum-v1 --procs 1 --ks 1 2 4 8 16   # one sampler, K envs
+    python tools/bench_sampler.py --procs 1 2 --ks 1 4 --n-step 3                # what folding n-step returns costs
 
 Prints the curve (total env steps/s, and per process), the best point, and the setup the autotuner
 would plan for the most env steps/s on this machine from such a curve (at most
@@ -37,13 +39,17 @@ QUICK_KS = (1, 4, 16)
 
 
 def measure(env_id: str, procs: list[int], ks: list[int], seconds: float, repeats: int, algo: str,
-            hidden: tuple[int, ...]) -> dict[int, dict[int, Any]]:
+            hidden: tuple[int, ...], n_step: int = 1, her_goals: int = 0) -> dict[int, dict[int, Any]]:
     """``{N: {K: Rate}}``, the best of ``repeats`` windows per point."""
     from spreeze_like.autotune.sampler_scaling import measure_scaling
     from spreeze_like.envs import env_info
+    from spreeze_like.roles.her import check_her
 
     info = env_info(env_id, first_step=True)  # a bad env fails here, in one line, before anything is spawned
-    spec = {"algo": algo, "obs_dim": info.obs_dim, "act_dim": info.act_dim, "hidden_sizes": hidden}
+    if her_goals:
+        check_her(env_id, None, her_goals)
+    spec = {"algo": algo, "obs_dim": info.obs_dim, "act_dim": info.act_dim, "hidden_sizes": hidden,
+            "n_step": n_step, "her_goals": her_goals}
     best: dict[int, dict[int, Any]] = {}
     for r in range(repeats):
         tag = f"[{env_id} window {r + 1}/{repeats}] " if repeats > 1 else f"[{env_id}] "
@@ -99,6 +105,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=1, help="windows per point; the best is kept (default 1)")
     parser.add_argument("--algo", default="sac", choices=["sac", "td3", "ddpg", "crossq"])
     parser.add_argument("--hidden-sizes", nargs="+", type=int, default=[256, 256])
+    parser.add_argument("--n-step", type=int, default=1, help="the samplers fold n-step returns (--n-step; default 1)")
+    parser.add_argument("--her-goals", type=int, default=0, help="the samplers relabel goals, K rows more per step at "
+                        "each episode's end (--her-goals; a goal env; default 0)")
     parser.add_argument("--json", default="", metavar="PATH", help="write the curve and the machine facts here")
     parser.add_argument("--quick", action="store_true",
                         help=f"K {' '.join(map(str, QUICK_KS))}, {QUICK_SECONDS:g} s per point, one window: "
@@ -107,23 +116,27 @@ def main(argv: list[str] | None = None) -> int:
     if args.quick:
         args.ks, args.seconds, args.repeats = list(QUICK_KS), QUICK_SECONDS, 1
     procs = args.procs or sampler_counts(cores)
-    if min(procs) < 1 or min(args.ks) < 1 or args.seconds <= 0 or args.repeats < 1:
-        print("error: --procs, --ks and --repeats need whole numbers >= 1 and --seconds a time > 0", file=sys.stderr)
+    if (min(procs) < 1 or min(args.ks) < 1 or args.seconds <= 0 or args.repeats < 1 or args.n_step < 1
+            or args.her_goals < 0):
+        print("error: --procs, --ks, --repeats and --n-step need whole numbers >= 1, --her-goals >= 0 and --seconds a "
+              "time > 0", file=sys.stderr)
         return 2
     from spreeze_like.errors import SpreezeError
 
     load_before = os.getloadavg()
     print(f"{platform.node()}: {cores} usable cores, load average {' '.join(f'{x:.2f}' for x in load_before)}; "
           f"{args.algo} numpy policy {args.hidden_sizes}; N {procs} x K {args.ks}, {args.seconds:g} s per point, "
-          f"best of {args.repeats}", flush=True)
+          f"best of {args.repeats}; n-step {args.n_step}, HER goals {args.her_goals}", flush=True)
     t0 = time.monotonic()
     results: dict[str, Any] = {"date": dt.datetime.now().astimezone().isoformat(timespec="seconds"),
                                "host": platform.node(), "usable_cores": cores, "cpu_count": os.cpu_count(),
                                "algo": args.algo, "hidden_sizes": args.hidden_sizes, "seconds": args.seconds,
-                               "repeats": args.repeats, "load_before": load_before, "envs": {}}
+                               "repeats": args.repeats, "n_step": args.n_step, "her_goals": args.her_goals,
+                               "load_before": load_before, "envs": {}}
     for env_id in args.envs:
         try:
-            curve = measure(env_id, procs, args.ks, args.seconds, args.repeats, args.algo, tuple(args.hidden_sizes))
+            curve = measure(env_id, procs, args.ks, args.seconds, args.repeats, args.algo, tuple(args.hidden_sizes),
+                            args.n_step, args.her_goals)
         except SpreezeError as exc:
             print(f"error: {str(exc).splitlines()[0]}", file=sys.stderr)
             return 2

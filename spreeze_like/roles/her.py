@@ -174,7 +174,10 @@ class HerEpisodes:
 
     def _call(self, fn: Callable[..., Any], what: str, achieved: np.ndarray, goal: np.ndarray, info: Any) -> float:
         try:
-            value = np.asarray(fn(achieved, goal, info), dtype=np.float64)
+            value = fn(achieved, goal, info)
+            if isinstance(value, (bool, int, float, np.bool_, np.number)):  # the usual one number: 0.3 us, not 1.3
+                return float(value)
+            value = np.asarray(value, dtype=np.float64)
         except Exception as exc:  # noqa: BLE001 - user env code: one line, whatever it raised
             raise EnvError(f"env {self.name!r}: {what}(achieved_goal, desired_goal, info) raised "
                            f"{type(exc).__name__}: {exc}; --her-goals relabels with it: fix the env or run without "

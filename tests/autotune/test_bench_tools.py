@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -45,7 +46,25 @@ def test_bench_sampler_writes_the_curve(tmp_path):
     assert data["usable_cores"] >= 1 and len(data["load_before"]) == 3
 
 
-@pytest.mark.parametrize("args", [["--procs", "0"], ["--seconds", "0"], ["--envs", "NoSuchEnv-v0", "--procs", "1"]])
+def test_bench_sampler_runs_the_samplers_with_her_and_n_step(tmp_path):
+    """--her-goals and --n-step reach the samplers' spec (a run's sampler code: relabelling, folding), and the curve
+    file says so; a non-goal env with --her-goals is one line."""
+    for flags in (["--envs", "trainer.goal_envs:TinyReach-v0", "--her-goals", "2"],
+                  ["--envs", "Pendulum-v1", "--n-step", "3"]):
+        out = tmp_path / "curve.json"
+        proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_sampler.py"), *flags, "--procs", "1",
+                               "--ks", "2", "--seconds", "0.2", "--hidden-sizes", "16", "--json", str(out)],
+                              capture_output=True, text=True, timeout=300, check=False,
+                              env={**os.environ, "PYTHONPATH": str(ROOT / "tests")})
+        assert proc.returncode == 0, proc.stderr + proc.stdout
+        data = json.loads(out.read_text())
+        assert (data["her_goals"], data["n_step"]) == ((2, 1) if "--her-goals" in flags else (0, 3))
+        (point,) = next(iter(data["envs"].values()))["points"]
+        assert point["steps_per_s"] > 0
+
+
+@pytest.mark.parametrize("args", [["--procs", "0"], ["--seconds", "0"], ["--envs", "NoSuchEnv-v0", "--procs", "1"],
+                                  ["--n-step", "0"], ["--envs", "Pendulum-v1", "--procs", "1", "--her-goals", "4"]])
 def test_bench_sampler_bad_input_is_one_line_and_exit_2(args):
     proc = subprocess.run([sys.executable, str(ROOT / "tools" / "bench_sampler.py"), *args, "--ks", "1"],
                           capture_output=True, text=True, timeout=120, check=False)
