@@ -191,6 +191,10 @@ class SamplerWorker:
         # made, then dropped if not finite (compute_reward is the env's code: NaN for an odd goal), as env steps
         # are: pacing.claimed's count of rows stored stays env_steps + her_rows - nonfinite_dropped, exactly
         self.stats.add("her_rows", float(len(rows)))
+        return self._write_finite(rows)
+
+    def _write_finite(self, rows: np.ndarray) -> int:
+        """Made rows (n-step, relabelled) to the sink, less the non-finite ones (counted); returns how many went."""
         keep = finite_rows(rows)
         if not keep.all():
             self.stats.add("nonfinite_dropped", float(len(rows) - keep.sum()))
@@ -227,13 +231,7 @@ class SamplerWorker:
         for row, done in zip(rows, out):
             row[o], row[a], row[r], row[no], row[te], row[tr] = (done.obs, done.action, done.reward, done.next_obs,
                                                                  done.terminated, done.truncated)
-        keep = finite_rows(rows)  # a sum of finite rewards can still overflow float32
-        if not keep.all():
-            self.stats.add("nonfinite_dropped", float(len(out) - keep.sum()))
-            rows = rows[keep]
-        if len(rows):
-            self.sink.write(rows)
-        return len(rows)
+        return self._write_finite(rows)  # a sum of finite rewards can still overflow float32
 
     def _actions(self) -> np.ndarray:
         n = len(self.envs)

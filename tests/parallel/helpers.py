@@ -55,6 +55,13 @@ def read_status(run_dir: Path) -> dict | None:
         return None
 
 
+def finished_counters(proc: subprocess.CompletedProcess, logdir: Path) -> tuple[Path, dict]:
+    """A CLI run that must have finished (exit status 0): its run folder and the counters of its ``status.json``."""
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = only_run_dir(logdir)
+    return run_dir, read_status(run_dir)["counters"]
+
+
 def wait_status(run_dir: Path, predicate, timeout: float, proc: subprocess.Popen | None = None, log: Path | None = None
                 ) -> dict:
     """Poll ``status.json`` until ``predicate(status)``; fail early if ``proc`` exits."""

@@ -12,7 +12,7 @@ import pytest
 
 from spreeze_like.procs import pacing
 
-from .helpers import assert_nothing_left, only_run_dir, read_status
+from .helpers import assert_nothing_left, finished_counters
 from .test_odd_envs import run_cli
 
 pytestmark = pytest.mark.multiproc
@@ -22,9 +22,7 @@ GOAL = "trainer.goal_envs:"
 def test_relabelled_rows_reach_replay_and_the_critic_updates_per_env_step(tmp_path):
     proc = run_cli("--env", GOAL + "TinyReach-v0", "--her-goals", "3", "--total-steps", "3200", "--samplers", "2",
                    "--logdir", str(tmp_path), timeout=240)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    run_dir = only_run_dir(tmp_path)
-    counters = read_status(run_dir)["counters"]
+    run_dir, counters = finished_counters(proc, tmp_path)
     rows = 0
     for name in ("sampler-0", "sampler-1"):
         row = counters[name]
