@@ -222,3 +222,19 @@ def test_a_resume_continues_with_relabelling_and_may_change_k(tmp_path):
     assert load_latest(first.run_dir)[0]["config"]["her_goals"] == 1
     # replay starts empty again (no --save-replay): 200 steps = 25 episodes, 1 + 1 rows a step from row 64 on
     assert second.critic_updates == first.critic_updates + pacing.critic_budget(400, 64, 0.5)
+
+
+def test_envs_whose_episodes_end_apart_are_relabelled_each_at_its_own_end():
+    """TinyReachEnds terminates on success, so the two envs' episodes end at different steps: each end writes K
+    rows per step of that episode only, and every step of a finished episode is relabelled exactly K times."""
+    worker, sink, stats = sampler("TinyReachEnds-v0", 3)
+    finished_steps = 0
+    for _ in range(60):
+        lengths = worker.episode_length.copy()
+        worker.step()
+        ended = worker.episode_length == 0  # reset by hand after the episode's last step
+        finished_steps += int((lengths[ended] + 1).sum())
+    assert worker.episodes > 2 * (60 // 8)  # some episodes ended early, on success
+    assert stats.get("her_rows") == 3 * finished_steps
+    assert worker.her.pending == 2 * 60 - finished_steps
+    assert sum(len(w) for w in sink.writes) == 2 * 60 + 3 * finished_steps
