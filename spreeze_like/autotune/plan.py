@@ -261,7 +261,8 @@ def _plan_memory(plan: Plan, probes: ProbeResults, config: Any, choose: Any, sam
     from spreeze_like.procs import pacing
 
     n_envs = int(plan.choices["envs_per_sampler"].value)
-    lead = pacing.default_lead(samplers, n_envs, float(plan.choices["utd"].value))
+    rows_per_step = 1 + int(getattr(config, "her_goals", 0))  # --her-goals K stores 1 + K rows a step (roles/her.py)
+    lead = pacing.default_lead(samplers, n_envs, float(plan.choices["utd"].value) / rows_per_step)
     ring = pacing.ring_capacity(lead, n_envs)
     ring_bytes = 0 if serial else samplers * ring * width * 4
     processes = 1 if serial else samplers + PARALLEL_LEARNERS + PARALLEL_IDLE
@@ -269,10 +270,11 @@ def _plan_memory(plan: Plan, probes: ProbeResults, config: Any, choose: Any, sam
     room = max(0.0, MEMORY_FRACTION * (free - processes * PROCESS_BYTES) - ring_bytes)
     row = replay_row_bytes(env.obs_dim, env.act_dim, bool(config.prioritized))
     fits = int(room // row)
-    want = min(int(config.buffer_size), max(int(config.total_steps), 1))
+    want = min(int(config.buffer_size), max(int(config.total_steps) * rows_per_step, 1))
     where = "memory" if serial else "/dev/shm"
     if want <= fits:
-        reason = (f"the run's {config.total_steps:,} steps (at most the configured {config.buffer_size:,}): "
+        rows = f" x {rows_per_step} rows (--her-goals {rows_per_step - 1})" if rows_per_step > 1 else ""
+        reason = (f"the run's {config.total_steps:,} steps{rows} (at most the configured {config.buffer_size:,}): "
                   f"{_gib(want * row)} of {_gib(room)} room in {where}")
         size = want
     else:

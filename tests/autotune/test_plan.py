@@ -221,6 +221,14 @@ def test_replay_shrinks_to_the_free_memory():
     assert "would not fit" in plan.choices["buffer_size"].reason
 
 
+def test_replay_holds_every_row_of_a_her_run():
+    """--her-goals K stores 1 + K rows a step: the plan's replay holds the run's rows, not its steps."""
+    plain, _ = plan_for(REAL, total_steps=20_000)
+    her, _ = plan_for(REAL, total_steps=20_000, her_goals=4)
+    assert plain.value("buffer_size") == 20_000 and her.value("buffer_size") == 100_000
+    assert "20,000 steps x 5 rows (--her-goals 4)" in her.choices["buffer_size"].reason
+
+
 def test_cpu_threads_only_when_measured_faster():
     probes = with_cores(load(REAL), 2)
     one, many = probes.curve("cpu", 1), probes.curve("cpu", 2)
