@@ -157,7 +157,8 @@ def safe_name(env: str) -> str:
 
 
 def run_name(config: TrainConfig, unixtime: int | None = None) -> str:
-    return f"{safe_name(config.env)}__{config.algo}__{config.seed}__{int(time.time()) if unixtime is None else unixtime}"
+    stamp = int(time.time()) if unixtime is None else unixtime
+    return f"{safe_name(config.env)}__{config.algo}__{config.seed}__{stamp}"
 
 
 def _new_run_dir(config: TrainConfig) -> Path:

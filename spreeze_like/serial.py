@@ -140,9 +140,10 @@ class SerialTrainer:
             while steps < cfg.total_steps and signals.received is None:
                 for sampler in self.samplers:
                     collected = sampler.step()
-                    if self.writer.size >= learn_after:  # the rows from the one that reached learn_after on earn
-                        # updates (pacing.critic_budget): an episode's HER rows arrive at once, possibly across it
-                        earning = min(collected, self.writer.size - learn_after + 1)
+                    inserted = self.storage.inserted  # rows ever stored: a full FIFO's size no longer grows
+                    if inserted >= learn_after:  # the rows from the one that reached learn_after on earn updates
+                        # (pacing.critic_budget): an episode's HER rows arrive at once, possibly across it
+                        earning = min(collected, inserted - learn_after + 1)
                         self.update_credit += earning * cfg.utd_per_row  # per row (HER stores 1 + K per step)
                         self._learn()
                 steps = self.env_steps()

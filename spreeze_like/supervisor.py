@@ -210,7 +210,8 @@ class Supervisor:
         # Samplers may collect the warm-up while the learners are still importing torch: the critic
         # learner's first allowance is set here, before the critic (its row's only other writer) exists.
         start = pacing.session_learn_after(cfg.batch_size, cfg.learning_starts, self.preloaded)
-        self.block.role("critic-learner").set("allowance", float(pacing.data_allowance(0, start, cfg.utd_per_row, self.lead)))
+        allowance = pacing.data_allowance(0, start, cfg.utd_per_row, self.lead)
+        self.block.role("critic-learner").set("allowance", float(allowance))
 
     def _spawn_all(self) -> None:
         cfg = self.config

@@ -119,7 +119,8 @@ def claimed(sampler_rows: list) -> float:
     rows the Ray bridge has asked remote actors for and not yet received. Local samplers and the bridge both
     compare this with the critic's allowance (rule 2). Counting a held step as emitted would let the samplers
     stop short of the data the critic waits for: a deadlock once the drops outgrow the lead. With ``--her-goals``
-    the relabelled rows count once made (``her_rows``; the non-finite among them are in ``nonfinite_dropped``), never while their episode is held (roles/her.py)."""
+    the relabelled rows count once made (``her_rows``; the non-finite among them are in ``nonfinite_dropped``),
+    never while their episode is held (roles/her.py)."""
     return sum(r.get("env_steps") - r.get("nonfinite_dropped") - r.get("nstep_dropped") - r.get("nstep_pending")
                + r.get("her_rows") + r.get("in_flight") for r in sampler_rows)
 

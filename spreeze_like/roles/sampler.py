@@ -5,7 +5,8 @@ One :class:`SamplerWorker` owns ``envs_per_sampler`` envs and a CPU copy of the 
 transitions as float32 rows (``spreeze_like.transition``) and hands them to its
 :class:`~spreeze_like.roles.ports.TransitionSink`. It creates nothing shared: the sink, the actor
 weights source and the stats block are given to it, and whoever created them removes them (the
-supervisor in the parallel mode). A crash loses at most the transitions of the current step.
+supervisor in the parallel mode). A crash loses at most the transitions of the current step (and, with
+``--n-step`` or ``--her-goals``, the steps held for folding or relabelling).
 
 The rules that make the data right:
 

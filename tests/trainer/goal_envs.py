@@ -89,13 +89,15 @@ class TinyReach(gym.Env):
 
     def _obs(self):
         return {"observation": np.array([self.position, self.t / EPISODE], np.float32),
-                "achieved_goal": np.array([self.position], np.float32), "desired_goal": np.array([self.goal], np.float32)}
+                "achieved_goal": np.array([self.position], np.float32),
+                "desired_goal": np.array([self.goal], np.float32)}
 
     def compute_reward(self, achieved_goal, desired_goal, info):
         if self.odd == "bad_reward":
             raise ZeroDivisionError("no reward today")
         if self.odd == "nan_reward":  # NaN for goals above 0: about half of the relabels
-            return np.where(desired_goal[..., 0] > 0, np.nan, -1.0 * (np.abs(achieved_goal - desired_goal)[..., 0] > 0.1))
+            missed = np.abs(achieved_goal - desired_goal)[..., 0] > 0.1
+            return np.where(desired_goal[..., 0] > 0, np.nan, -1.0 * missed)
         if self.odd == "one_goal":
             return -float(abs(float(achieved_goal[0]) - float(desired_goal[0])) > 0.1)  # float() of a row raises
         return -(np.abs(achieved_goal - desired_goal)[..., 0] > 0.1).astype(np.float32)
