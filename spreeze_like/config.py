@@ -50,6 +50,7 @@ DEVICE_REPLAY = ("auto", "on", "off")  # roles/batches.py
 # truncated episode drops N - 1 of its steps (roles/nstep.py); 100 only catches a typo
 MAX_N_STEP = 100
 MAX_HER_GOALS = 32  # the HER paper found 4 to 8 best; more only stores copies of the same steps
+HER_STRATEGIES = ("future", "final", "episode")  # roles/her.py; SB3's names
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps)$")
 
 
@@ -149,7 +150,10 @@ class TrainConfig:
     n_step: int = _f(1, "n-step returns: each stored transition sums the next N rewards (discounted) and "
                      "bootstraps from the observation N steps later with gamma^N; 1 = one-step TD")
     her_goals: int = _f(0, "hindsight experience replay (goal envs): each step is stored this many times more, "
-                        "with goals the episode achieved later ('future'); 0 = off, 4 is HER's usual")
+                        "with goals the episode achieved (--her-strategy); 0 = off, 4 is HER's usual")
+    her_strategy: str = _f("future", "HER: where a relabelled goal comes from: future (a step from this one to the "
+                           "episode's end; the paper's best), final (the episode's last), episode (any of its steps)",
+                           choices=HER_STRATEGIES)
     tau: float = _f(0.005, "target network soft-update rate")
     actor_lr: float | None = _f(None, "actor learning rate (Adam); auto = the preset's for the env and algorithm "
                                 "(--list-presets), else 3e-4")
@@ -293,6 +297,8 @@ class TrainConfig:
             raise bad("n_step", f"must be an integer in [1, {MAX_N_STEP}] (1: one-step TD; 3 to 5 is usual)")
         if not isinstance(self.her_goals, int) or not 0 <= self.her_goals <= MAX_HER_GOALS:
             raise bad("her_goals", f"must be an integer in [0, {MAX_HER_GOALS}] (0: off; 4 is HER's usual)")
+        if self.her_strategy not in HER_STRATEGIES:
+            raise bad("her_strategy", f"choose one of {', '.join(HER_STRATEGIES)}")
         if self.her_goals and self.n_step > 1:
             raise bad("her_goals", "does not combine with --n-step > 1 (a relabelled n-step row needs each of its "
                                    "N rewards recomputed): drop one of the two")

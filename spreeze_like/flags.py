@@ -53,7 +53,7 @@ HELP_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("remote samplers on Ray", ("ray", "remote_samplers", "remote_envs_per_sampler", "remote_batch",
                                 "remote_place_timeout_s")),
     ("replay", ("buffer_size", "prioritized", "priority_alpha", "priority_beta")),
-    ("learning", ("batch_size", "utd", "gamma", "n_step", "her_goals", "tau", "actor_lr", "critic_lr", "alpha_lr",
+    ("learning", ("batch_size", "utd", "gamma", "n_step", "her_goals", "her_strategy", "tau", "actor_lr", "critic_lr", "alpha_lr",
                   "alpha_init", "target_entropy", "policy_delay", "policy_noise", "noise_clip", "hidden_sizes",
                   "critic_hidden_sizes", "weight_sync_period", "max_nonfinite_steps")),
     ("devices and speed", ("actor_device", "critic_device", "precision", "learner_step", "device_replay",

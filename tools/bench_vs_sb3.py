@@ -173,11 +173,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--her-goals", type=int, default=0, metavar="K",
                         help="hindsight relabelling on a goal env, every side alike: ours --her-goals K, the peers "
                         "SB3's HerReplayBuffer with K 'future' goals per transition (and MultiInputPolicy)")
+    parser.add_argument("--her-strategy", default="future", choices=("future", "final", "episode"),
+                        help="with --her-goals, where relabelled goals come from, every side alike (default future)")
     parser.add_argument("--set", nargs="*", default=[],
                         type=lambda s: (s.split("=", 1)[0], json.loads(s.split("=", 1)[1])),
                         help="extra TrainConfig fields for ours, key=json")
     args = parser.parse_args(argv)
-    for key, flag in (("env_kwargs", "--env-kwargs"), ("her_goals", "--her-goals")):
+    for key, flag in (("env_kwargs", "--env-kwargs"), ("her_goals", "--her-goals"), ("her_strategy", "--her-strategy")):
         if any(k == key for k, _ in args.set):
             raise ConfigError(f"--set {key}=... would reach ours only: give {flag}, which every run gets")
     if args.her_goals < 0:

@@ -40,7 +40,8 @@ def ours_config(args: argparse.Namespace, seed: int, serial: bool):  # -> TrainC
     devices = {"actor_device": args.device, "critic_device": args.device} if args.device else {}
     shared = {"seed": seed, "total_steps": args.total_steps, "serial": serial, "learning_starts": args.learning_starts,
               "eval_every": args.eval_every, "eval_episodes": args.eval_episodes, "logdir": args.logdir,
-              "log_interval": 0, "checkpoint_every": 0, "her_goals": getattr(args, "her_goals", 0), **devices, **extra}
+              "log_interval": 0, "checkpoint_every": 0, "her_goals": getattr(args, "her_goals", 0),
+              "her_strategy": getattr(args, "her_strategy", "future"), **devices, **extra}
     config = dataclasses.replace(TrainConfig(), env=args.env, **shared)
     config, _ = lay_presets(config, dict.fromkeys(["env", *shared], "python"))
     # ``auto`` looked up on the base env, for the same reason

@@ -48,7 +48,8 @@ def settings_of(args: argparse.Namespace, machine: str) -> dict[str, Any]:
     """The ``settings`` a --json file keeps: what its runs are reported against, its ``--env-kwargs`` and the
     machine in words."""
     return {**{k: getattr(args, k) for k in REPORT_SETTINGS}, "env_kwargs": dict(getattr(args, "env_kwargs", {})),
-            "her_goals": getattr(args, "her_goals", 0), "machine": machine}
+            "her_goals": getattr(args, "her_goals", 0), "her_strategy": getattr(args, "her_strategy", "future"),
+            "machine": machine}
 
 
 def results_json(records: list[RunRecord], settings: dict[str, Any], figures: dict | None = None) -> str:

@@ -184,15 +184,17 @@ def algo_kwargs(args: argparse.Namespace, peer: Peer) -> dict:
 
 
 def her_kwargs(args: argparse.Namespace) -> dict:
-    """``--her-goals K``: SB3's HerReplayBuffer (SBX trains from SB3's buffers too) with K 'future' goals per real
-    transition, so K / (1 + K) of each batch is relabelled, as in ours (1 + K rows stored per env step)."""
+    """``--her-goals K``: SB3's HerReplayBuffer (SBX trains from SB3's buffers too) with K goals per real transition
+    (``--her-strategy``, SB3's names: future, final, episode), so K / (1 + K) of each batch is relabelled, as in
+    ours (1 + K rows stored per env step)."""
     k = getattr(args, "her_goals", 0)
     if not k:
         return {}
     from stable_baselines3 import HerReplayBuffer
 
     return {"replay_buffer_class": HerReplayBuffer,
-            "replay_buffer_kwargs": {"n_sampled_goal": k, "goal_selection_strategy": "future"}}
+            "replay_buffer_kwargs": {"n_sampled_goal": k,
+                                     "goal_selection_strategy": getattr(args, "her_strategy", "future")}}
 
 
 def make_model(args: argparse.Namespace, peer: Peer, seed: int):

@@ -26,6 +26,7 @@ class AlgoSpec:
     gamma: float = 0.99
     n_step: int = 1  # rows hold n-step returns (roles/nstep.py); targets bootstrap with gamma ** n_step
     her_goals: int = 0  # samplers store each step this many times more with relabelled goals (roles/her.py)
+    her_strategy: str = "future"  # where those goals come from (roles/her.py)
     tau: float = 0.005
     actor_lr: float = 3e-4
     critic_lr: float = 1e-3

@@ -7,7 +7,9 @@ each of its steps is stored K times more, each copy with a goal the episode achi
     obs_t[desired := g] | action_t | compute_reward(achieved_{t+1}, g, info_t) | next_obs_t[desired := g] | ...
 
 where ``g`` is ``achieved_goal`` of ``next_obs_{t'}``, ``t'`` drawn uniformly from ``t .. T-1`` (the
-"future" strategy of Andrychowicz et al. 2017, their best; ``t' = t`` is the goal this very step reached).
+"future" strategy of Andrychowicz et al. 2017, their best; ``t' = t`` is the goal this very step reached;
+the default). ``--her-strategy final`` takes ``t' = T-1`` (the K copies then share one goal), ``episode`` draws
+``t'`` from the whole episode, ``0 .. T-1``: SB3's three strategies, by its names.
 This is the paper's Algorithm 1: relabelled transitions are stored in replay at the episode's end. SB3's
 ``HerReplayBuffer`` relabels at sampling time instead, which needs episode boundaries in replay; here the
 row layout, replay, the device mirror and the rings stay those of plain transitions, as for ``--n-step``.
@@ -46,6 +48,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from spreeze_like.config import HER_STRATEGIES
 from spreeze_like.envs import make_env, obs_vector, reset_env
 from spreeze_like.errors import EnvError
 from spreeze_like.structured_obs import structured_space_of
@@ -101,15 +104,18 @@ class HerEpisodes:
         slices: where the goals sit in an observation row.
         env: one of the sampler's envs (its ``unwrapped`` gives ``compute_reward`` and ``compute_terminated``;
             they depend on the env's settings, not on its state, as in gymnasium-robotics).
-        rng: draws the future steps; part of the sampler's checkpointed state.
+        rng: draws the goals' steps; part of the sampler's checkpointed state.
         name: the env id, for errors.
+        strategy: ``future``, ``final`` or ``episode`` (the module docstring).
     """
 
     def __init__(self, n_envs: int, k: int, slices: GoalSlices, env: gym.Env, rng: np.random.Generator,
-                 name: str) -> None:
+                 name: str, strategy: str = "future") -> None:
         if k < 1:
             raise ValueError(f"HER needs k >= 1 relabelled goals, got {k}")
-        self.k, self.slices, self.rng, self.name = k, slices, rng, name
+        if strategy not in HER_STRATEGIES:
+            raise ValueError(f"HER strategy {strategy!r}: choose one of {', '.join(HER_STRATEGIES)}")
+        self.k, self.slices, self.rng, self.name, self.strategy = k, slices, rng, name, strategy
         self.compute_reward: Callable[..., Any] = env.unwrapped.compute_reward
         self.compute_terminated: Callable[..., Any] | None = getattr(env.unwrapped, "compute_terminated", None)
         self.batched = True  # False once compute_reward showed it takes one goal at a time
@@ -140,10 +146,15 @@ class HerEpisodes:
             return None
         obs, action, next_obs, terminated, truncated, infos = zip(*steps)
         count = len(steps)
-        first = np.repeat(np.arange(count), self.k)  # row i relabels step first[i]...
-        future = self.rng.integers(first, count)  # ...with the goal a step t' in [t, T) achieved
+        first = np.repeat(np.arange(count), self.k)  # row i relabels step first[i] with the goal step t' achieved
+        if self.strategy == "future":  # t' in [t, T)
+            source = self.rng.integers(first, count)
+        elif self.strategy == "final":
+            source = np.full(len(first), count - 1)
+        else:  # episode: t' in [0, T)
+            source = self.rng.integers(0, count, size=len(first))
         next_obs = np.stack(next_obs)
-        goals = next_obs[future, self.slices.achieved]
+        goals = next_obs[source, self.slices.achieved]
         new_obs, new_next = np.stack(obs)[first], next_obs[first]
         new_obs[:, self.slices.desired] = goals
         new_next[:, self.slices.desired] = goals

@@ -182,7 +182,7 @@ class SamplerWorker:
         slices = goal_slices(structured_space_of(env))
         assert slices is not None
         rng = np.random.default_rng(derive_seed(self.spec.seed, "sampler/her", self.index, generation))
-        return HerEpisodes(len(self.envs), self.spec.her_goals, slices, env, rng, self.env_id)
+        return HerEpisodes(len(self.envs), self.spec.her_goals, slices, env, rng, self.env_id, self.spec.her_strategy)
 
     def _write_relabelled(self, parts: list[tuple[np.ndarray, ...]]) -> int:
         """HER: the relabelled rows of the episodes that ended in this step, to the sink; returns how many."""

@@ -204,26 +204,28 @@ def test_env_kwargs_reach_every_side(tmp_path: Path) -> None:
 
 
 def test_her_goals_reach_every_side(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """``--her-goals K`` on a goal env (TinyReach: 8-step episodes, Dict observations): ours stores 1 + K rows a step
-    (``samplers/her_rows`` is ours alone, so the run itself is the check that the flag reached it: replay rows
-    are not in the record), SB3 gets its HerReplayBuffer with K 'future' goals and MultiInputPolicy, both train
-    the same env steps and episodes, and the results file says K. ``--set her_goals=`` is refused."""
+    """``--her-goals K`` and ``--her-strategy`` on a goal env (TinyReach: 8-step episodes, Dict observations): ours
+    stores 1 + K rows a step (replay rows are not in the benchmark's record, so its run's config is the check that
+    the flags reached it), SB3 gets its HerReplayBuffer with K goals of the strategy and MultiInputPolicy, both
+    train the same env steps and episodes, and the results file says both. ``--set her_goals=`` is refused."""
     sb3 = importlib.util.find_spec("stable_baselines3") is not None
     tests_dir = str(ROOT / "tests")
     monkeypatch.setenv("PYTHONPATH", tests_dir)
     out = tmp_path / "figures.json"
     proc = run_bench(["--env", "trainer.goal_envs:TinyReach-v0", "--seeds", "1", "--serial", "--total-steps", "400",
                       "--learning-starts", "100", "--eval-every", "200", "--eval-episodes", "2", "--her-goals", "2",
+                      "--her-strategy", "final",
                       "--skip-sbx", "--device", "cpu", "--peer-device", "cpu", "--json", str(out), "--no-png",
                       "--logdir", str(tmp_path / "ours")] + ([] if sb3 else ["--skip-sb3"]))
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     figures = json.loads(out.read_text())
-    assert figures["settings"]["her_goals"] == 2
+    assert (figures["settings"]["her_goals"], figures["settings"]["her_strategy"]) == (2, "final")
     assert set(figures["rows"]) == {"ours-serial"} | ({"sb3"} if sb3 else set())
     for name, per_seed in figures["rows"].items():
         assert per_seed["1"]["env_steps"] == 400 and per_seed["1"]["episodes"] == 50, name
     (run_dir,) = (tmp_path / "ours").iterdir()  # ours wrote its run folder there: its config says K
-    assert json.loads((run_dir / "config.json").read_text())["her_goals"] == 2
+    ours = json.loads((run_dir / "config.json").read_text())
+    assert (ours["her_goals"], ours["her_strategy"]) == (2, "final")
     refused = run_bench(SMALLEST + ["--set", "her_goals=4"], timeout=120)
     assert refused.returncode == 2 and "give --her-goals" in refused.stderr.strip().splitlines()[-1]
     if not sb3:
@@ -239,9 +241,11 @@ def test_her_goals_reach_every_side(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         from stable_baselines3 import HerReplayBuffer
 
         monkeypatch.setenv(BASE_ENV_VAR, "TinyReach-v0")
-        args = argparse.Namespace(peer_device="cpu", sb3_lr=3e-4, learning_starts=100, peer_tau=0.005, her_goals=2)
+        args = argparse.Namespace(peer_device="cpu", sb3_lr=3e-4, learning_starts=100, peer_tau=0.005, her_goals=2,
+                                  her_strategy="final")
         model = make_model(args, PEERS["sb3"], 1)
         assert isinstance(model.replay_buffer, HerReplayBuffer) and model.replay_buffer.n_sampled_goal == 2
+        assert model.replay_buffer.goal_selection_strategy.name == "FINAL"
         assert type(model.policy).__name__ == "MultiInputPolicy"
     finally:
         sys.path.remove(str(ROOT / "tools"))

@@ -108,6 +108,31 @@ def test_each_step_is_relabelled_k_times_with_goals_achieved_later_in_its_episod
     assert her.drop(1) == 1 and her.pending == 0
 
 
+@pytest.mark.parametrize("strategy", ["final", "episode"])
+def test_the_final_and_episode_strategies_draw_their_goals_where_they_say(strategy):
+    env = make_env(GOAL + "TinyReach-v0")
+    her = HerEpisodes(1, 4, goal_slices(structured_space_of(env)), env, np.random.default_rng(5), "TinyReach",
+                      strategy)
+    steps = episode(9)
+    for step in steps:
+        her.add(0, *step)
+    _, _, reward, next_obs, _, _ = her.end(0)
+    achieved = [s[2][AG][0] for s in steps]
+    sources = [achieved.index(goal) for goal in next_obs[:, DG][:, 0]]
+    first = np.repeat(np.arange(9), 4)
+    if strategy == "final":
+        assert sources == [8] * 36  # every copy takes the episode's last achieved goal
+    else:
+        assert any(src < t for src, t in zip(sources, first))  # earlier steps' goals too, which 'future' never takes
+        assert len(set(sources)) > 4
+    np.testing.assert_array_equal(reward, np.where(np.array(sources) == first, 0.0, -1.0))
+
+
+def test_an_unknown_strategy_is_refused():
+    with pytest.raises(ConfigError, match="her_strategy|her-strategy"):
+        dataclasses.replace(TrainConfig(), her_strategy="random").validate()
+
+
 @pytest.mark.parametrize("env", ["TinyReachOneGoal-v0", "TinyReachEnds-v0"])
 def test_a_one_goal_compute_reward_and_compute_terminated_are_used_as_the_env_defines_them(env):
     made = make_env(GOAL + env)
