@@ -276,9 +276,11 @@ def made_with_kwargs(env_kwargs: Mapping[str, Any] | None) -> str:
     return f" made with --env-kwargs {json.dumps(dict(env_kwargs))}" if env_kwargs else ""
 
 
-def check_first_step(env: gym.Env, name: str, env_kwargs: Mapping[str, Any] | None = None) -> None:
+def check_first_step(env: gym.Env, name: str, env_kwargs: Mapping[str, Any] | None = None
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, float, float, Any]:
     """Reset ``env`` and step it once with the zero action (the middle of every rescaled Box); raise EnvError if
-    either raises or returns what a sampler cannot use.
+    either raises or returns what a sampler cannot use. Returns that step as (obs, action, next_obs, terminated,
+    truncated, info), flat observations as a sampler sees them (``--her-goals`` relabels it: roles/her.py).
 
     Why here: an env whose ``step`` always fails (a ``--env-kwargs`` value its constructor stores and its step
     cannot use, ``{"g": "x"}`` on Pendulum-v1; an old-gym 4-tuple; a reward of None) used to pass every check
@@ -295,7 +297,7 @@ def check_first_step(env: gym.Env, name: str, env_kwargs: Mapping[str, Any] | No
     # and not twice either way, since every sampler's and the serial run's own env warns on its first step
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        reset_env(env, name, seed=0)
+        first_obs = reset_env(env, name, seed=0)
         action = np.zeros(env.action_space.shape, dtype=env.action_space.dtype)
         try:
             result = env.step(action)
@@ -308,8 +310,8 @@ def check_first_step(env: gym.Env, name: str, env_kwargs: Mapping[str, Any] | No
                            f"zero action after reset(seed=0)); {fix}") from None
     if not isinstance(result, tuple) or len(result) != 5:  # an env made without gymnasium's wrappers
         raise old_api
-    obs, reward, terminated, truncated, _ = result
-    obs_vector(obs, env.observation_space.shape, name, "step")
+    obs, reward, terminated, truncated, info = result
+    next_obs = obs_vector(obs, env.observation_space.shape, name, "step")
     value = np.asarray(reward)
     if value.size != 1 or value.dtype.kind not in REAL_KINDS:
         raise EnvError(f"env {name!r}{made_with} returned the reward {reward!r:.60} ({value.size} value(s) of dtype "
@@ -317,6 +319,7 @@ def check_first_step(env: gym.Env, name: str, env_kwargs: Mapping[str, Any] | No
     for flag, what in ((terminated, "terminated"), (truncated, "truncated")):
         if np.asarray(flag).size != 1:
             raise EnvError(f"env {name!r} returned {what}={flag!r:.60} from step(); it must be one bool: {fix}")
+    return first_obs, action, next_obs, float(terminated), float(truncated), info
 
 
 def reset_env(env: gym.Env, name: str, seed: int | None = None) -> np.ndarray:

@@ -113,8 +113,10 @@ def _plan(config: TrainConfig, print_fn: Callable[[str], None], explicit: Collec
         given = mark_planned(given, plan)
     resolved = config.resolve()
     # a bad env fails here, before a run folder is made for it; so does one whose first step raises
-    info = env_info(resolved.env, resolved.env_kwargs, first_step=True)
-    if resolved.her_goals:  # an env that cannot be relabelled, or whose compute_reward raises: here, not in a sampler
+    # (--her-goals: check_her takes the first step itself, to relabel it: an env that cannot be relabelled, or whose
+    # compute_reward raises, fails here, not in a sampler)
+    info = env_info(resolved.env, resolved.env_kwargs, first_step=not resolved.her_goals)
+    if resolved.her_goals:
         check_her(resolved.env, resolved.env_kwargs, resolved.her_goals)
     if info.structured_obs_space is not None:
         print_fn(f"[spreeze] observations: {describe(info.structured_obs_space)}, flattened into {info.obs_dim} "

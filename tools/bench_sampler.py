@@ -45,7 +45,8 @@ def measure(env_id: str, procs: list[int], ks: list[int], seconds: float, repeat
     from spreeze_like.envs import env_info
     from spreeze_like.roles.her import check_her
 
-    info = env_info(env_id, first_step=True)  # a bad env fails here, in one line, before anything is spawned
+    # a bad env fails here, in one line, before anything is spawned (with HER, check_her takes the first step)
+    info = env_info(env_id, first_step=not her_goals)
     if her_goals:
         check_her(env_id, None, her_goals)
     spec = {"algo": algo, "obs_dim": info.obs_dim, "act_dim": info.act_dim, "hidden_sizes": hidden,

@@ -46,12 +46,10 @@ import numpy as np
 from spreeze_like.algos.numpy_policy import NumpyPolicy
 from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.envs import episode_success, make_env, obs_vector, reset_env
-from spreeze_like.errors import EnvError
-from spreeze_like.roles.her import HerEpisodes, goal_env_problem, goal_slices
+from spreeze_like.roles.her import HerEpisodes, require_goal_slices
 from spreeze_like.roles.nstep import NStepWindows
 from spreeze_like.roles.ports import StatsWriter, TransitionSink, WeightsSource, observe
 from spreeze_like.seeding import derive_seed, env_seed
-from spreeze_like.structured_obs import structured_space_of
 from spreeze_like.transition import TransitionLayout, finite_rows
 
 
@@ -139,16 +137,19 @@ class SamplerWorker:
             self.sink.write(rows)
         elif emitted:
             self.sink.write(rows[finite])
-        if self.her is not None:  # copies: self.obs and next_obs are written over as the envs go on and reset
+        if self.her is not None:  # views, no copies: see the note at ``self.obs = next_obs`` below
             for j in np.flatnonzero(finite):
-                self.her.add(j, self.obs[j].copy(), actions[j].copy(), next_obs[j].copy(), float(terminated[j]),
-                             float(truncated[j]), infos[j])
+                self.her.add(j, self.obs[j], actions[j], next_obs[j], float(terminated[j]), float(truncated[j]),
+                             infos[j])
         self.env_steps += n
         self.stats.add("env_steps", float(n))
         self.episode_return += rewards
         self.episode_length += 1
         # Episode ends: record, then reset by hand. The row above already holds the true final obs.
         done = (terminated > 0) | (truncated > 0) | ~finite
+        # Every step makes new ``actions`` and ``next_obs`` arrays, and an env's row of ``self.obs`` is written only
+        # by its reset below, after its held steps were folded, relabelled or dropped: so the n-step windows and
+        # the HER episodes hold views of these rows, not copies.
         self.obs = next_obs
         relabelled: list[tuple[np.ndarray, ...]] = []
         for j in np.flatnonzero(done):
@@ -176,11 +177,7 @@ class SamplerWorker:
 
     def _her_episodes(self, generation: int) -> HerEpisodes:
         env = self.envs[0]
-        problem = goal_env_problem(env)  # the run's start refused such an env already (her.check_her)
-        if problem:
-            raise EnvError(f"--her-goals needs a goal env, and {self.env_id!r} is not one: {problem}")
-        slices = goal_slices(structured_space_of(env))
-        assert slices is not None
+        slices = require_goal_slices(env, self.env_id, self.spec.her_goals)  # a run's start checked it already
         rng = np.random.default_rng(derive_seed(self.spec.seed, "sampler/her", self.index, generation))
         return HerEpisodes(len(self.envs), self.spec.her_goals, slices, env, rng, self.env_id, self.spec.her_strategy)
 
@@ -207,8 +204,7 @@ class SamplerWorker:
     def _fold(self, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray, terminated: np.ndarray,
               truncated: np.ndarray, finite: np.ndarray) -> int:
         """N-step mode: each env's finite step into its window; the rows completed go to the sink. Returns how
-        many. (A copy of ``self.obs``'s row, which the env's next step writes over; ``actions`` is a new array every
-        step, and ``next_obs`` is read only by the rows completed here, which are filled before any env resets.)"""
+        many. (The windows hold views of the step's rows: see the note at ``self.obs = next_obs`` in :meth:`step`.)"""
         assert self.nstep is not None
         out: list = []
         dropped = 0
@@ -216,7 +212,7 @@ class SamplerWorker:
             if not finite[j]:
                 dropped += self.nstep.drop(j)
                 continue
-            done, lost = self.nstep.add(j, self.obs[j].copy(), actions[j], float(rewards[j]), next_obs[j],
+            done, lost = self.nstep.add(j, self.obs[j], actions[j], float(rewards[j]), next_obs[j],
                                         bool(terminated[j]), bool(truncated[j]))
             out += done
             dropped += lost
@@ -225,8 +221,8 @@ class SamplerWorker:
         self.stats.set("nstep_pending", float(self.nstep.pending))
         if not out:
             return 0
-        # filled row by row into a reused buffer: np.stack of a few small arrays and a second pack cost 25 of the
-        # 52 us the folding took per HalfCheetah step (profiled, 1 env, N = 3)
+        # filled row by row into a reused buffer: np.stack of the rows' parts (12 us) and a second pack (7 us) were
+        # a third of the 52 us the folding took per HalfCheetah step (cProfile, 1 env, N = 3)
         rows = self._folded[:len(out)]
         o, a, r, no, te, tr = self._columns
         for row, done in zip(rows, out):
