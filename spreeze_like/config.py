@@ -51,6 +51,7 @@ DEVICE_REPLAY = ("auto", "on", "off")  # roles/batches.py
 MAX_N_STEP = 100
 MAX_HER_GOALS = 32  # the HER paper found 4 to 8 best; more only stores copies of the same steps
 HER_STRATEGIES = ("future", "final", "episode")  # roles/her.py; SB3's names
+VIDEO_FORMATS = ("mp4", "gif")  # roles/eval_video.py: mp4 needs imageio-ffmpeg (the [video] extra), gif imageio
 _DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps)$")
 
 
@@ -79,12 +80,13 @@ def auto_actor_lr(env_id: str, algo: str = "sac", presets: str = "") -> float:
 
 def check_env_kwargs(env_kwargs: Any, bad: Any) -> None:
     """``--env-kwargs``: a JSON object of keyword arguments (names are strings, values JSON values, so that
-    config.json holds them exactly); ``render_mode`` is refused: a training run renders nothing."""
+    config.json holds them exactly); ``render_mode`` is refused: samplers render nothing (``--video-every`` makes
+    the one env it renders itself)."""
     if not isinstance(env_kwargs, dict) or not all(isinstance(k, str) and k.isidentifier() for k in env_kwargs):
         raise bad("env_kwargs", "give a JSON object of keyword arguments, e.g. '{\"ctrl_cost_weight\": 0.05}'")
     if "render_mode" in env_kwargs:
         raise bad("env_kwargs", "a training run renders nothing; watch a trained policy with python -m "
-                                "spreeze_like.evaluate RUN --render human")
+                                "spreeze_like.evaluate RUN --render human, or record videos with --video-every N")
     try:
         json.dumps(env_kwargs, allow_nan=False)
     except (TypeError, ValueError):
@@ -205,6 +207,11 @@ class TrainConfig:
     # --- evaluation, logging, checkpoints ---------------------------------------------------------
     eval_every: int = _f(5_000, "env steps between evaluations (0: only the final one)")
     eval_episodes: int = _f(10, "deterministic episodes per evaluation")
+    video_every: int = _f(0, "record an evaluation's first episode as a video in <run>/videos/: the first evaluation "
+                          "after every N env steps, and the final one (0: none; the evaluator renders every step of "
+                          "that episode, slow on a machine without a GPU; needs the [video] extra)")
+    video_format: str = _f("mp4", "file format of --video-every's videos (gif needs only imageio, not its ffmpeg)",
+                           choices=VIDEO_FORMATS)
     stop_at_return: float | None = _f(None, "stop once an evaluation's mean return reaches this (auto: never)")
     logdir: str = _f("runs", "folder that receives the run folders <env>__<algo>__<seed>__<unixtime>/", metavar="DIR")
     log_interval: float = _f(10.0, "seconds between console progress lines (0: quiet)")
@@ -267,7 +274,7 @@ class TrainConfig:
         for name in positive_ints:
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise bad(name, "must be a whole number >= 1")
-        for name in ("learning_starts", "eval_every", "checkpoint_every", "policy_delay", "seed", "max_restarts",
+        for name in ("learning_starts", "eval_every", "video_every", "checkpoint_every", "policy_delay", "seed", "max_restarts",
                      "samplers", "remote_samplers", "remote_envs_per_sampler", "remote_batch"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
                 raise bad(name, "must be a whole number >= 0")
@@ -299,6 +306,8 @@ class TrainConfig:
             raise bad("her_goals", f"must be an integer in [0, {MAX_HER_GOALS}] (0: off; 4 is HER's usual)")
         if self.her_strategy not in HER_STRATEGIES:
             raise bad("her_strategy", f"choose one of {', '.join(HER_STRATEGIES)}")
+        if self.video_format not in VIDEO_FORMATS:
+            raise bad("video_format", f"choose one of {', '.join(VIDEO_FORMATS)}")
         if self.her_goals and self.n_step > 1:
             raise bad("her_goals", "does not combine with --n-step > 1 (a relabelled n-step row needs each of its "
                                    "N rewards recomputed): drop one of the two")

@@ -185,7 +185,8 @@ def make_env(env: str, render_mode: str | None = None, env_kwargs: Mapping[str, 
     except Exception as exc:  # noqa: BLE001 - the env's constructor (user code) raised: say so in one line
         if render_mode is not None and isinstance(exc, TypeError) and "render_mode" in str(exc):
             raise EnvError(f"env {env!r} renders nothing: its constructor takes no render_mode (asked for "
-                           f"{render_mode!r}); evaluate --render and --video need an env that renders") from None
+                           f"{render_mode!r}); evaluate --render and --video, and --video-every, need an env that "
+                           "renders") from None
         if env_kwargs and isinstance(exc, (TypeError, ValueError)):  # most likely a name or value of the flag
             raise EnvError(f"making env {env!r} with --env-kwargs {json.dumps(dict(env_kwargs))} raised "
                            f"{describe_exception(exc)}; check the names and values against the env's "

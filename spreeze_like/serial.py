@@ -98,7 +98,8 @@ class SerialTrainer:
         self.actor = build.actor_learner(
             config, spec, actor_replay, self.critic_board, self.actor_board, self.stats.role("actor-learner")
         )
-        self.evaluator = build.evaluator(config, spec, self.actor_board, self.stats.role("evaluator"))
+        self.evaluator = build.evaluator(config, spec, self.actor_board, self.stats.role("evaluator"), context.run_dir,
+                                         context.start_step, print_fn)
         self.update_credit = 0.0
         self.evals: list[tuple[int, float, float]] = []
         self.t0 = time.monotonic()
@@ -149,7 +150,7 @@ class SerialTrainer:
                 steps = self.env_steps()
                 if steps >= next_eval:
                     next_eval = _next_multiple(steps, cfg.eval_every)
-                    reached = self._evaluate(steps).mean_return
+                    reached = self._evaluate(steps, final=steps >= cfg.total_steps).mean_return
                     if cfg.stop_at_return is not None and reached >= cfg.stop_at_return:
                         self.print_fn(
                             f"[spreeze] evaluation return {reached:.1f} >= --stop-at-return "
@@ -165,7 +166,7 @@ class SerialTrainer:
                 self.context.check_folder()  # deleted or moved: stop here, before a write re-creates anything
             if signals.received is None:
                 history = self.evaluator.history
-                final = history[-1] if history and history[-1].env_step == steps else self._evaluate(steps)
+                final = history[-1] if history and history[-1].env_step == steps else self._evaluate(steps, final=True)
             # A forcing signal lets the write in hand finish (as the supervisor's): one landing inside torch.save
             # broke its zip writer, a traceback and no checkpoint at all (seen with a slowed write; the test)
             with signals.deferred():
@@ -228,8 +229,8 @@ class SerialTrainer:
                 self.actor.update()
             self.update_credit -= 1.0
 
-    def _evaluate(self, steps: int) -> Any:
-        result = self.evaluator.evaluate(steps)
+    def _evaluate(self, steps: int, final: bool = False) -> Any:
+        result = self.evaluator.evaluate(steps, final)
         self.evals.append((steps, result.mean_return, time.monotonic() - self.t0))
         self.critic.flush()
         self.actor.flush()

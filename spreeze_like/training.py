@@ -100,6 +100,10 @@ def _plan(config: TrainConfig, print_fn: Callable[[str], None], explicit: Collec
     if config.plan_only:
         raise ConfigError("plan_only trains nothing: run python -m spreeze_like.run --plan-only, or call "
                           "spreeze_like.autotune.apply.autotune(config) for the plan")
+    if config.video_every > 0:
+        from spreeze_like.video import prefer_headless_gl
+
+        prefer_headless_gl()  # before anything imports MuJoCo; the evaluator's process inherits the choice
     given = dict(sources) if sources is not None else python_sources(config, explicit or ())
     given.update(dict.fromkeys(overrides, "python"))
     config, given = lay_presets(config, given)
@@ -118,6 +122,10 @@ def _plan(config: TrainConfig, print_fn: Callable[[str], None], explicit: Collec
     info = env_info(resolved.env, resolved.env_kwargs, first_step=not resolved.her_goals)
     if resolved.her_goals:
         check_her(resolved.env, resolved.env_kwargs, resolved.her_goals)
+    if resolved.video_every > 0:  # the writer is installed and the env renders a frame: not found an hour in
+        from spreeze_like.video import check_can_record
+
+        check_can_record(resolved.env, resolved.env_kwargs, resolved.video_format, "--video-every")
     if info.structured_obs_space is not None:
         print_fn(f"[spreeze] observations: {describe(info.structured_obs_space)}, flattened into {info.obs_dim} "
                  "inputs in that order")

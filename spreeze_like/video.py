@@ -24,7 +24,9 @@ name asked for (the temporary file is removed).
 
 from __future__ import annotations
 
+import importlib.util
 import os
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +36,15 @@ from spreeze_like.errors import ConfigError, EnvError
 
 FORMATS = (".mp4", ".gif")
 DEFAULT_FPS = 30  # where the env's metadata has no render_fps
+
+
+class VideoWriteError(ConfigError):
+    """The file could not be written (a full disk, a folder gone): one line for the command line, and the
+    ``OSError`` for a caller that goes on without the video (training's evaluation videos)."""
+
+    def __init__(self, path: Path, cause: OSError) -> None:
+        super().__init__(f"cannot write {path}: {cause.strerror or cause}")
+        self.cause = cause
 
 
 def check_video_path(path: str) -> Path:
@@ -54,12 +65,58 @@ def prefer_headless_gl() -> None:
         os.environ.setdefault("MUJOCO_GL", "egl")
 
 
-def _imageio() -> Any:
+def _imageio(flag: str = "--video") -> Any:
     try:
         import imageio.v2 as imageio
     except ImportError:
-        raise ConfigError('--video needs imageio: pip install -e ".[video]" (imageio and imageio-ffmpeg)') from None
+        raise ConfigError(f'{flag} needs imageio: pip install -e ".[video]" (imageio and imageio-ffmpeg)') from None
     return imageio
+
+
+def check_can_record(env_id: str, env_kwargs: Mapping[str, Any] | None, fmt: str, flag: str) -> None:
+    """Before a run that records videos (``--video-every``): the format's writer is installed and the env renders
+    an H x W x 3 uint8 frame after a reset. ConfigError or EnvError, one line, otherwise: found at the start,
+    not by the evaluator an hour in. Call :func:`prefer_headless_gl` first (before MuJoCo is imported)."""
+    from spreeze_like.envs import make_env, reset_env
+
+    _imageio(flag)
+    if fmt == "mp4" and importlib.util.find_spec("imageio_ffmpeg") is None:
+        raise ConfigError(f'{flag} with mp4 needs imageio-ffmpeg: pip install -e ".[video]", or choose '
+                          "--video-format gif (Pillow, which imageio brings)")
+    env = make_env(env_id, render_mode="rgb_array", env_kwargs=env_kwargs)
+    try:
+        _check_renders(env, env_id, flag)
+        reset_env(env, env_id, seed=0)
+        try:
+            frame = env.render()
+        except Exception as exc:  # noqa: BLE001 - the env's render (user code, or MuJoCo's GL set-up): one line
+            fix = "fix its render()"
+            if "mujoco" in type(env.unwrapped).__module__:
+                fix = "with no display MuJoCo renders through EGL (MUJOCO_GL=egl) or OSMesa (MUJOCO_GL=osmesa): install one"
+            elif isinstance(exc, ImportError) or "DependencyNotInstalled" in type(exc).__name__:
+                fix = "install what it names"
+            raise EnvError(f"env {env_id!r} could not render a frame ({type(exc).__name__}: {exc}); {fix}, or leave "
+                           f"out {flag}") from None
+        frame_array(frame, env_id, flag)
+    finally:
+        env.close()
+
+
+def _check_renders(env: Any, env_name: str, flag: str) -> None:
+    modes = (getattr(env, "metadata", None) or {}).get("render_modes") or []
+    if "rgb_array" not in modes:
+        raise EnvError(f"env {env_name!r} does not render rgb_array frames (its render_modes: {list(modes)}); "
+                       f"{flag} needs an env that does")
+
+
+def frame_array(frame: Any, env_name: str, flag: str = "--video") -> np.ndarray:
+    """``env.render()``'s frame as an H x W x 3 (or 4) uint8 array; EnvError (one line) for anything else."""
+    array = np.asarray(frame) if frame is not None else None
+    if array is None or array.ndim != 3 or array.shape[2] not in (3, 4) or array.dtype != np.uint8:
+        got = "None" if array is None else f"an array of shape {array.shape} and dtype {array.dtype}"
+        raise EnvError(f"env {env_name!r} rendered {got} in rgb_array mode; {flag} needs H x W x 3 uint8 "
+                       "frames: fix the env's render()")
+    return array
 
 
 class VideoFile:
@@ -76,10 +133,7 @@ class VideoFile:
 
     def open(self, env: Any, env_name: str) -> None:
         """Check that ``env`` renders frames, and start the file at its frame rate."""
-        modes = (getattr(env, "metadata", None) or {}).get("render_modes") or []
-        if "rgb_array" not in modes:
-            raise EnvError(f"env {env_name!r} does not render rgb_array frames (its render_modes: {list(modes)}); "
-                           "--video needs an env that does")
+        _check_renders(env, env_name, "--video")
         self.env_name, self.fps = env_name, env_fps(env)
         try:
             if self.path.suffix.lower() == ".gif":
@@ -90,19 +144,15 @@ class VideoFile:
             raise ConfigError(f"--video {self.path}: cannot write {self.path.suffix} ({exc}); install the [video] "
                               'extra: pip install -e ".[video]"') from None
         except OSError as exc:
-            raise ConfigError(f"cannot write {self.path}: {exc.strerror or exc}") from None
+            raise VideoWriteError(self.path, exc) from None
 
     def add(self, frame: Any) -> None:
         """One frame from ``env.render()``: an H x W x 3 (or 4) uint8 array."""
-        array = np.asarray(frame) if frame is not None else None
-        if array is None or array.ndim != 3 or array.shape[2] not in (3, 4) or array.dtype != np.uint8:
-            got = "None" if array is None else f"an array of shape {array.shape} and dtype {array.dtype}"
-            raise EnvError(f"env {self.env_name!r} rendered {got} in rgb_array mode; --video needs H x W x 3 uint8 "
-                           "frames: fix the env's render()")
+        array = frame_array(frame, self.env_name)
         try:
             self._writer.append_data(array[:, :, :3])
         except OSError as exc:
-            raise ConfigError(f"cannot write {self.path}: {exc.strerror or exc}") from None
+            raise VideoWriteError(self.path, exc) from None
         self.frames += 1
 
     def close(self, keep: bool) -> None:
@@ -113,7 +163,7 @@ class VideoFile:
                 if keep:
                     os.replace(self._tmp, self.path)
         except OSError as exc:
-            raise ConfigError(f"cannot write {self.path}: {exc.strerror or exc}") from None
+            raise VideoWriteError(self.path, exc) from None
         finally:
             self._tmp.unlink(missing_ok=True)
 

@@ -114,7 +114,7 @@ def run(args: ChildArgs) -> None:
         row.claim()
         control = Control(block)
         sampler_rows = [block.role(r) for r in block.roles if r.startswith("sampler-")]
-        evaluator = build.evaluator(cfg, spec, shm.board("actor", "reader"), row)
+        evaluator = build.evaluator(cfg, spec, shm.board("actor", "reader"), row, args.run_dir, args.start_step, _print)
         evaluator.beat = row.beat  # during an evaluation too: it may last longer than --evaluator-hang-s
         ack = int(row.get("eval_ack"))  # a restarted evaluator does not repeat an answered request
 
@@ -136,8 +136,8 @@ def run(args: ChildArgs) -> None:
                 if phase == EXIT:
                     return
                 request, step = control.eval_request()
-                if request > ack:
-                    append_result(args.run_dir, evaluator.evaluate(step), time.monotonic() - t0, guard)
+                if request > ack:  # the final evaluation (the supervisor asks for no other)
+                    append_result(args.run_dir, evaluator.evaluate(step, final=True), time.monotonic() - t0, guard)
                     ack = request
                     row.set("eval_ack", float(request))
                     continue

@@ -8,6 +8,8 @@ threads (samplers: 1). Every argument that crosses a process boundary (the confi
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from spreeze_like.algos.spec import AlgoSpec
@@ -111,11 +113,18 @@ def actor_learner(
     )
 
 
-def evaluator(config: TrainConfig, spec: AlgoSpec, weights: WeightsSource, stats: StatsWriter) -> Evaluator:
-    """Role ``evaluator``."""
+def evaluator(config: TrainConfig, spec: AlgoSpec, weights: WeightsSource, stats: StatsWriter,
+              run_dir: str | Path, start_step: int, say: Callable[[str], None]) -> Evaluator:
+    """Role ``evaluator``; with ``--video-every``, it records videos into ``run_dir`` (the schedule from
+    ``start_step``, the session's first env step), and says each file through ``say``."""
+    from spreeze_like.roles.eval_video import EvalVideos
     from spreeze_like.roles.evaluator import Evaluator
 
-    return Evaluator(config.env, spec, weights, stats, config.eval_episodes, env_kwargs=config.env_kwargs)
+    videos = None
+    if config.video_every > 0:
+        videos = EvalVideos(run_dir, config.video_every, config.video_format, start_step, config.env, say)
+    return Evaluator(config.env, spec, weights, stats, config.eval_episodes, env_kwargs=config.env_kwargs,
+                     videos=videos)
 
 
 def replay_samplers(config: TrainConfig, storage: Any, tree: Any = None) -> tuple[Any, Any]:

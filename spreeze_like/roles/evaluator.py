@@ -14,7 +14,8 @@ any actor vector is published (version 0) that policy's action is 0, the middle 
 observation that does not match the env's declared Box raises :class:`~spreeze_like.errors.EnvError`
 (``envs.obs_vector``), as in the samplers. It calls :attr:`Evaluator.beat` between env resets and
 after each step of its envs; the parallel mode sets it to its heartbeat, so a long evaluation is
-not taken for a hang (review finding 9).
+not taken for a hang (review finding 9). With ``videos`` (``--video-every``), episode 0 of the evaluations it
+schedules is also written as a video file (:mod:`spreeze_like.roles.eval_video`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import numpy as np
 from spreeze_like.algos.numpy_policy import NumpyPolicy
 from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.envs import episode_success, make_env, obs_vector, reset_env
+from spreeze_like.roles.eval_video import EvalVideos
 from spreeze_like.roles.ports import StatsWriter, WeightsSource
 from spreeze_like.seeding import eval_seed
 
@@ -59,9 +61,11 @@ class Evaluator:
     """See the module docstring."""
 
     def __init__(self, env_id: str, spec: AlgoSpec, weights: WeightsSource, stats: StatsWriter, episodes: int,
-                 env_kwargs: Mapping[str, Any] | None = None) -> None:
-        self.env_id, self.spec, self.weights, self.stats = env_id, spec, weights, stats
-        self.envs = [make_env(env_id, env_kwargs=env_kwargs) for _ in range(episodes)]
+                 env_kwargs: Mapping[str, Any] | None = None, videos: EvalVideos | None = None) -> None:
+        self.env_id, self.spec, self.weights, self.stats, self.videos = env_id, spec, weights, stats, videos
+        # with videos, episode 0's env renders (rgb_array): the video is the evaluated episode itself
+        self.envs = [make_env(env_id, render_mode="rgb_array" if videos is not None and i == 0 else None,
+                              env_kwargs=env_kwargs) for i in range(episodes)]
         limit = self.envs[0].spec.max_episode_steps if self.envs[0].spec is not None else None
         self.max_steps = min(limit or MAX_EVAL_STEPS, MAX_EVAL_STEPS)
         self._obs_shape = self.envs[0].observation_space.shape
@@ -73,30 +77,43 @@ class Evaluator:
         # (finding 9), while a single step that hangs still is.
         self.beat: Callable[[], None] = _no_beat
 
-    def evaluate(self, env_step: int) -> EvalResult:
-        """Run one deterministic episode per env with the newest actor; returns and logs the result."""
+    def evaluate(self, env_step: int, final: bool = False) -> EvalResult:
+        """Run one deterministic episode per env with the newest actor; returns and logs the result.
+
+        ``final``: the run's last evaluation (recorded whenever videos are on)."""
         version = self.weights.read(self._vec)
         if version > 0:
             self.policy.load(self._vec)
         n = len(self.envs)
-        obs = np.stack([self._reset(env, i) for i, env in enumerate(self.envs)])
+        recording = self.videos.begin(self.envs[0], env_step, final) if self.videos is not None else None
         returns = np.zeros(n, dtype=np.float64)
-        lengths = np.zeros(n, dtype=np.int64)
-        running = np.ones(n, dtype=bool)
-        last_info: list[dict] = [{}] * n  # each episode's last step's, read once at the end for its success
-        for _ in range(self.max_steps):
-            actions = self.policy.act_deterministic(obs)
-            for i in np.flatnonzero(running):
-                o, r, terminated, truncated, info = self.envs[i].step(actions[i])
-                obs[i] = obs_vector(o, self._obs_shape, self.env_id, "step")  # refuses a wrong shape or dtype
-                returns[i] += float(r)
-                lengths[i] += 1
-                last_info[i] = info
-                if terminated or truncated:
-                    running[i] = False
-            self.beat()
-            if not running.any():
-                break
+        complete = False
+        try:
+            obs = np.stack([self._reset(env, i) for i, env in enumerate(self.envs)])
+            if recording is not None:
+                recording.frame(self.envs[0])
+            lengths = np.zeros(n, dtype=np.int64)
+            running = np.ones(n, dtype=bool)
+            last_info: list[dict] = [{}] * n  # each episode's last step's, read once at the end for its success
+            for _ in range(self.max_steps):
+                actions = self.policy.act_deterministic(obs)
+                for i in np.flatnonzero(running):
+                    o, r, terminated, truncated, info = self.envs[i].step(actions[i])
+                    obs[i] = obs_vector(o, self._obs_shape, self.env_id, "step")  # refuses a wrong shape or dtype
+                    returns[i] += float(r)
+                    lengths[i] += 1
+                    last_info[i] = info
+                    if terminated or truncated:
+                        running[i] = False
+                    if i == 0 and recording is not None:
+                        recording.frame(self.envs[0])
+                self.beat()
+                if not running.any():
+                    break
+            complete = True
+        finally:  # an interrupted evaluation leaves no half-written video
+            if recording is not None:
+                recording.end(complete, float(returns[0]))
         success = [episode_success(info) for info in last_info]
         successes = None if None in success else tuple(bool(s) for s in success)
         result = EvalResult(env_step, float(returns.mean()), tuple(returns.tolist()), tuple(lengths.tolist()), version,

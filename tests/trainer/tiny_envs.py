@@ -31,6 +31,8 @@ Odd envs that must be refused with one ``error:`` line (audit findings 10, 11, 1
 * ``TinyCtorRaises-v0``: the constructor raises RuntimeError.
 * ``TinyRender-v0``: TinyWalk that renders ``rgb_array`` frames of 16 x 24 pixels at 10 fps, frame ``t`` all
   grey level ``20 * t`` (each differs from the one before: a GIF keeps them all), for ``evaluate --video``.
+* ``TinyRenderBroken-v0``: declares ``rgb_array`` but its ``render`` raises RuntimeError (a GL context that cannot
+  be made), for ``--video-every``'s check at a run's start.
 * ``TinyOddStep-v0`` with ``--env-kwargs {"mode": ...}``: a constructor argument that only ``step`` uses, as
   Pendulum-v1's ``g``: ``"raise"`` raises TypeError on every step (a kwarg value the step cannot use),
   ``"old_api"`` returns old gym's 4-tuple, ``"no_reward"`` a reward of None, ``"two_rewards"`` a reward of 2
@@ -127,6 +129,11 @@ class TinyRender(TinyWalk):
         return np.full((16, 24, 3), 20 * self.t, dtype=np.uint8)
 
 
+class TinyRenderBroken(TinyRender):
+    def render(self):
+        raise RuntimeError("cannot make an OpenGL context")
+
+
 class TinyOddStep(TinyWalk):
     def __init__(self, mode: str = "ok") -> None:
         super().__init__()
@@ -209,6 +216,7 @@ _register("TinyObsFloat64-v0", "TinyOddObs", max_episode_steps=5, kwargs={"dtype
 _register("TinyCtorRaises-v0", "TinyCtorRaises", max_episode_steps=5)
 _register("TinyOddStep-v0", "TinyOddStep", max_episode_steps=5)
 _register("TinyRender-v0", "TinyRender", max_episode_steps=5)
+_register("TinyRenderBroken-v0", "TinyRenderBroken", max_episode_steps=5)
 
 
 # --- Supervision findings 8, 9 and 18 (tests/parallel/test_supervision_findings.py) ----------------
