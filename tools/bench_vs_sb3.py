@@ -1,9 +1,10 @@
-"""Learning speed of spreeze_like vs SB3 SAC, SBX SAC and SBX CrossQ: same env, seeds and machine, one run.
+"""Learning speed of spreeze_like vs SB3 SAC, SBX SAC, SBX CrossQ and RLtools SAC: same env, seeds and machine, one run.
 
     python tools/bench_vs_sb3.py --env Pendulum-v1 --seeds 1 2                       # parallel mode vs all peers
     python tools/bench_vs_sb3.py --env Pendulum-v1 --seeds 1 2 --serial              # serial mode vs all peers
     python tools/bench_vs_sb3.py --env Pendulum-v1 --seeds 1 2 --serial --parallel   # both modes vs all peers
     python tools/bench_vs_sb3.py --env Pendulum-v1 --seeds 1 2 --peers sbx sbx-crossq   # the SBX peers only
+    python tools/bench_vs_sb3.py --env Pendulum-v1 --seeds 1 2 --peers rltools   # RLtools' compiled C++ loop
     python tools/bench_vs_sb3.py --env HalfCheetah-v5 --seeds 1 2 --total-steps 200000 --wall-budget 1800
     python tools/bench_vs_sb3.py --env HalfCheetah-v5 --device cuda:0 --peer-device cuda   # on a GPU machine
     python tools/bench_vs_sb3.py --total-steps 600 --seeds 1 --skip-sb3 --skip-sbx   # ours only
@@ -11,7 +12,8 @@
 
 For each seed it trains ours (``spreeze_like.train``, in this process tree: ``tools/peers_ours.py``)
 and then each peer of ``--peers`` (default ``sb3 sbx sbx-crossq``: SB3 SAC, SBX SAC, SBX CrossQ;
-``--skip-sb3`` leaves SB3 out, ``--skip-sbx`` both SBX peers, ``--skip-sbx-crossq`` CrossQ alone), one
+``--skip-sb3`` leaves SB3 out, ``--skip-sbx`` both SBX peers, ``--skip-sbx-crossq`` CrossQ alone; ``rltools``,
+RLtools SAC compiled on the spot, only when named: ``tools/peers_rltools.py``), one
 after the other, each peer run in a fresh child process (``tools/peers_runners.py``, which also says
 what settings each peer gets: the same shared ones for all, SBX what SB3 gets). Before any run, a
 probe child per peer checks that it is installed and that its device exists, and our devices are
@@ -81,7 +83,7 @@ if TOOLS_DIR not in sys.path:  # the peers_* modules beside this file; our spawn
 from peers_ours import ours_config, ours_device, run_ours
 from peers_record import BASE_ENV_KWARGS_VAR, BASE_ENV_VAR, RunRecord
 from peers_report import REPORT_SETTINGS, load_results, report, results_json, settings_of
-from peers_runners import PEERS, run_peer, run_peer_child
+from peers_runners import DEFAULT_PEERS, PEERS, run_peer, run_peer_child
 
 from spreeze_like.autotune.hardware import cpu_model, driver_gpu_models, usable_cores
 from spreeze_like.config_fields import json_object
@@ -134,9 +136,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--serial", action="store_true", help="measure our serial mode")
     parser.add_argument("--parallel", action="store_true", help="measure our parallel mode (the default if "
                         "--serial is not given)")
-    parser.add_argument("--peers", nargs="+", choices=list(PEERS), default=list(PEERS),
+    parser.add_argument("--peers", nargs="+", choices=list(PEERS), default=list(DEFAULT_PEERS),
                         help="the peers to run after ours, each seed: sb3 (SB3 SAC), sbx (SBX SAC), sbx-crossq "
-                        "(SBX CrossQ) (default: all three)")
+                        "(SBX CrossQ), rltools (RLtools SAC, C++ compiled on the spot: tools/peers_rltools.py) "
+                        "(default: sb3 sbx sbx-crossq)")
     parser.add_argument("--skip-sb3", action="store_true", help="leave SB3 out of --peers")
     parser.add_argument("--skip-sbx", action="store_true", help="leave both SBX peers (sbx, sbx-crossq) out")
     parser.add_argument("--skip-sbx-crossq", action="store_true", help="leave SBX CrossQ out of --peers")
@@ -156,6 +159,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "difference in env steps is that setting")
     parser.add_argument("--crossq-critic-units", type=int, default=0, help="SBX CrossQ's critic as N-N units "
                         "(default 0: SBX's own, 1024-1024; 256 matches SAC's networks)")
+    parser.add_argument("--rltools-units", type=int, default=0, help="RLtools' MLPs as N-N units (default 0: its "
+                        "own 64; it has no BLAS here, so SB3's 256 costs it 300x)")
+    parser.add_argument("--rltools-batch", type=int, default=0, help="RLtools' batch (default 0: its own 100)")
     parser.add_argument("--logdir", default=None, help="our run folders (default: a scratch folder, removed)")
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
     parser.add_argument("--curves-dir", default=None, help="write each run's curves.csv in a folder per run "
@@ -195,6 +201,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.peers = [p for p in dict.fromkeys(args.peers) if p not in skipped]
     if not 0.0 < args.peer_tau <= 1.0:
         raise ConfigError(f"--peer-tau {args.peer_tau}: must be in (0, 1]")
+    if args.rltools_units < 0 or args.rltools_batch < 0:
+        raise ConfigError("--rltools-units and --rltools-batch must be >= 0 (0: RLtools' own)")
     if args.crossq_critic_units < 0:
         raise ConfigError(f"--crossq-critic-units {args.crossq_critic_units}: must be >= 0 (0: SBX's own)")
     args.peer_stop_ratio = dict(parse_stop_ratio(text, args.peers) for text in args.peer_stop_ratio)

@@ -47,6 +47,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,8 +75,10 @@ PEER_LIST = (
     Peer("sb3", "SB3 SAC", "stable_baselines3", "stable-baselines3", "SAC", "sac", "torch"),
     Peer("sbx", "SBX SAC", "sbx", "sbx-rl", "SAC", "sac", "jax"),
     Peer("sbx-crossq", "SBX CrossQ", "sbx", "sbx-rl", "CrossQ", "crossq", "jax"),
+    Peer("rltools", "RLtools SAC", "rltools", "rltools", "SAC", "sac", "cpp"),  # peers_rltools.py
 )
 PEERS = {peer.name: peer for peer in PEER_LIST}
+DEFAULT_PEERS = ("sb3", "sbx", "sbx-crossq")  # RLtools only when named: it compiles C++ and has its own settings
 CHILD_CODE = "import sys, peers_runners; sys.exit(peers_runners.peer_child(sys.argv[1]))"
 
 
@@ -146,6 +149,10 @@ def peer_device(peer: Peer, requested: str) -> str:
     if importlib.util.find_spec(peer.module) is None:
         raise ConfigError(f"{peer.package} is not installed: pip install -e '.[bench]', or leave {peer.name} out "
                           f"(--skip-{peer.name} / --peers)")
+    if peer.framework == "cpp":
+        from peers_rltools import rltools_device
+
+        return rltools_device(requested)
     if peer.framework == "torch":
         import torch
 
@@ -205,67 +212,88 @@ def make_model(args: argparse.Namespace, peer: Peer, seed: int):
     return model_class(policy, env, **shared_kwargs(args, peer, seed), **algo_kwargs(args, peer), **her_kwargs(args))
 
 
+class Progress:
+    """A peer run's clock, evaluations and stop rules, one for every peer's training loop.
+
+    ``start`` starts the clock; ``after_step`` (each env step) evaluates every ``--eval-every`` env steps with the
+    deterministic ``act`` on a separate env (its time taken out of the clock, in the peer's favour) and says
+    whether to go on (``--stop-when-reached``, ``--wall-budget``); ``finish`` fills the record."""
+
+    def __init__(self, args: argparse.Namespace, record: RunRecord, folder: Path, seed: int) -> None:
+        self.args, self.record, self.folder, self.seed = args, record, folder, seed
+        self.excluded: list[tuple[float, float]] = []  # wall intervals spent in evaluations (not counted)
+        self.next_eval = args.eval_every
+        self.eval_env = gym.make(args.env, **args.env_kwargs)
+        self.t0 = time.time()
+
+    def start(self) -> None:
+        self.t0 = time.time()
+
+    def clock(self, t: float) -> float:
+        """Wall time t with the evaluation time spent before t taken out."""
+        return t - sum(min(e, t) - s for s, e in self.excluded if s < t)
+
+    def after_step(self, env_steps: int, act: Callable[[object], object]) -> bool:
+        args, record = self.args, self.record
+        if args.eval_every and env_steps >= self.next_eval:
+            self.next_eval += args.eval_every
+            start = time.time()
+            mean = evaluate(act, self.eval_env, args.eval_episodes, self.seed)
+            end = time.time()
+            self.excluded.append((start, end))
+            record.evals.append((self.clock(end) - self.t0, env_steps, mean))
+            if args.stop_when_reached and both_reached(
+                    train_curve(self.folder, self.t0, self.clock), [r for _, _, r in record.evals],
+                    args.threshold_train, args.threshold_eval, args.window):
+                record.note = "stopped once both thresholds were reached"
+                return False
+        if args.wall_budget and self.clock(time.time()) - self.t0 >= args.wall_budget:
+            record.note = "stopped at the wall budget"
+            return False
+        return True
+
+    def finish(self, env_steps: int, updates: int) -> RunRecord:
+        self.record.wall_s = self.clock(time.time()) - self.t0
+        self.record.env_steps, self.record.updates = env_steps, updates
+        self.record.train = train_curve(self.folder, self.t0, self.clock)
+        self.eval_env.close()
+        return self.record
+
+
 def train_peer(args: argparse.Namespace, peer: Peer, seed: int, folder: Path) -> RunRecord:
-    """One peer run in this (child) process; all peers share the API, the definitions and the callback."""
+    """One peer run in this (child) process; the SB3-API peers share the definitions and the callback."""
+    progress = Progress(args, RunRecord(peer.name, seed, algo=peer.algo, budget_s=args.wall_budget), folder, seed)
+    if peer.framework == "cpp":
+        from peers_rltools import train_rltools
+
+        return train_rltools(args, seed, progress)
     import torch
     from stable_baselines3.common.callbacks import BaseCallback
 
     importlib.import_module(peer.module)  # imports before the clock, as for every peer
     if args.sb3_threads:
         torch.set_num_threads(args.sb3_threads)
-    record = RunRecord(peer.name, seed, algo=peer.algo, budget_s=args.wall_budget)
-    excluded: list[tuple[float, float]] = []  # wall intervals spent in evaluations (not counted)
-
-    def clock(t: float) -> float:
-        """Wall time t with the evaluation time spent before t taken out."""
-        return t - sum(min(e, t) - s for s, e in excluded if s < t)
-
-    eval_env = gym.make(args.env, **args.env_kwargs)
 
     class Bench(BaseCallback):
-        def __init__(self) -> None:
-            super().__init__()
-            self.next_eval = args.eval_every
-
         def _on_step(self) -> bool:
-            if args.eval_every and self.num_timesteps >= self.next_eval:
-                self.next_eval += args.eval_every
-                start = time.time()
-                mean = evaluate(self.model, eval_env, args.eval_episodes, seed)
-                end = time.time()
-                excluded.append((start, end))
-                record.evals.append((clock(end) - t0, self.num_timesteps, mean))
-                if args.stop_when_reached and both_reached(
-                        train_curve(folder, t0, clock), [r for _, _, r in record.evals], args.threshold_train,
-                        args.threshold_eval, args.window):
-                    record.note = "stopped once both thresholds were reached"
-                    return False
-            if args.wall_budget and clock(time.time()) - t0 >= args.wall_budget:
-                record.note = "stopped at the wall budget"
-                return False
-            return True
+            return progress.after_step(self.num_timesteps, lambda obs: self.model.predict(obs, deterministic=True)[0])
 
-    t0 = time.time()
+    progress.start()
     model = make_model(args, peer, seed)
     model.learn(total_timesteps=args.total_steps, callback=Bench())
-    end = time.time()
-    record.wall_s = clock(end) - t0
-    record.env_steps, record.updates = int(model.num_timesteps), int(model._n_updates)
-    record.train = train_curve(folder, t0, clock)
-    eval_env.close()
-    return record
+    return progress.finish(int(model.num_timesteps), int(model._n_updates))
 
 
-def evaluate(model, env: gym.Env, episodes: int, seed: int) -> float:
-    """Mean return of deterministic episodes from fixed start seeds, the same ones every time and the same
-    as our evaluator's (``seeding.eval_seed``): both sides are evaluated from the same initial states."""
+def evaluate(act: Callable[[object], object], env: gym.Env, episodes: int, seed: int) -> float:
+    """Mean return of deterministic episodes (``act``: observation -> action in the env's bounds) from fixed start
+    seeds, the same ones every time and the same as our evaluator's (``seeding.eval_seed``): both sides are
+    evaluated from the same initial states."""
     returns = []
     for i in range(episodes):
         obs, _ = env.reset(seed=eval_seed(seed, i))
         done, total = False, 0.0
         while not done:
-            action, _ = model.predict(obs, deterministic=True)
-            obs, reward, terminated, truncated, _ = env.step(action)
+            obs, reward, terminated, truncated, _ = env.step(act(obs))
             total += float(reward)
             done = terminated or truncated
         returns.append(total)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -250,3 +251,40 @@ def test_her_goals_reach_every_side(tmp_path: Path, monkeypatch: pytest.MonkeyPa
     finally:
         sys.path.remove(str(ROOT / "tools"))
         sys.path.remove(tests_dir)
+
+
+needs_rltools = pytest.mark.skipif(
+    importlib.util.find_spec("rltools") is None or not any(shutil.which(c) for c in ("g++", "clang++")),
+    reason="the rltools peer needs rltools (the bench extra) and a C++ compiler")
+
+
+@needs_rltools
+def test_the_rltools_peer_trains_on_the_recorded_env_with_its_own_networks(tmp_path: Path) -> None:
+    """RLtools (compiled on the spot, tools/peers_rltools.py) next to ours: the recorder saw its training episodes,
+    the evaluations ran its policy, updates are one per step after the warm-up, the note says its settings."""
+    out = tmp_path / "figures.json"
+    proc = run_bench(SMALLEST + ["--peers", "rltools", "--device", "cpu", "--json", str(out), "--no-png"], timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    rows = json.loads(out.read_text())["rows"]
+    assert set(rows) == {"ours-serial", "rltools"}
+    check_rows(rows)
+    assert rows["rltools"]["1"]["updates"] == 600 - 400
+    assert rows["rltools"]["1"]["device"].startswith("C++ cpu, one thread")
+    assert "ratios ours / RLtools SAC" in proc.stdout and "RLtools 64x64, batch 100" in proc.stdout
+
+
+def test_the_rltools_env_starts_from_the_paired_seed_and_says_its_episode_limit() -> None:
+    """RLtools resets without a seed: the wrapper gives the first reset the seed (later resets continue the env's
+    generator, as SB3's), and its spec carries the limit RLtools compiles in (the recorded env's has none)."""
+    sys.path.insert(0, str(ROOT / "tools"))
+    try:
+        import gymnasium as gym
+        from peers_rltools import FirstResetSeeded
+    finally:
+        sys.path.remove(str(ROOT / "tools"))
+    plain = gym.make("Pendulum-v1")
+    wrapped = FirstResetSeeded(gym.make("Pendulum-v1"), 7, 123)
+    first, _ = plain.reset(seed=7)
+    second, _ = plain.reset()
+    assert (wrapped.reset()[0] == first).all() and (wrapped.reset()[0] == second).all()
+    assert wrapped.spec.max_episode_steps == 123 and wrapped.spec.id == "Pendulum-v1"
