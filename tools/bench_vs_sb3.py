@@ -162,6 +162,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--rltools-units", type=int, default=0, help="RLtools' MLPs as N-N units (default 0: its "
                         "own 64; it has no BLAS here, so SB3's 256 costs it 300x)")
     parser.add_argument("--rltools-batch", type=int, default=0, help="RLtools' batch (default 0: its own 100)")
+    parser.add_argument("--rltools-native", action="store_true", help="RLtools trains on its own C++ Pendulum (no "
+                        "Python env in its loop: its published setting, the CPU ceiling; Pendulum-v1 only); evaluated "
+                        "on gymnasium's Pendulum-v1 like every run, but no training curve (no recorded episodes)")
     parser.add_argument("--logdir", default=None, help="our run folders (default: a scratch folder, removed)")
     parser.add_argument("--json", default=None, help="also write the figures to this JSON file")
     parser.add_argument("--curves-dir", default=None, help="write each run's curves.csv in a folder per run "
@@ -203,6 +206,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise ConfigError(f"--peer-tau {args.peer_tau}: must be in (0, 1]")
     if args.rltools_units < 0 or args.rltools_batch < 0:
         raise ConfigError("--rltools-units and --rltools-batch must be >= 0 (0: RLtools' own)")
+    if args.rltools_native and (args.env != "Pendulum-v1" or "rltools" not in args.peers or args.env_kwargs):
+        raise ConfigError("--rltools-native trains RLtools on its C++ Pendulum: give --env Pendulum-v1 (no --env-kwargs) "
+                          "and --peers with rltools")
     if args.crossq_critic_units < 0:
         raise ConfigError(f"--crossq-critic-units {args.crossq_critic_units}: must be >= 0 (0: SBX's own)")
     args.peer_stop_ratio = dict(parse_stop_ratio(text, args.peers) for text in args.peer_stop_ratio)

@@ -10,9 +10,10 @@ recorded env, so that its episodes are recorded exactly as ours and the SB3-API 
 rate (``--sb3-lr``, its one Adam rate), gamma 0.99, ``--peer-tau`` (its polyak 1 - tau for actor and critic),
 ``learning_starts`` warm-up steps, entropy tuned from alpha 1 to -act_dim, one update per env step, a replay that
 holds the whole run. Its own defaults where they set the cost: MLPs of 64-64 and batch 100 (``--rltools-units``,
-``--rltools-batch`` change them): built without a BLAS (none on our machines: it found no MKL and no
-``-lblas``), its matrix products are plain loops, and at SB3's 256-256 and batch 256 it made 6.7 env steps/s
-on Pendulum-v1 here (2026-11-29), three hundred times fewer than at its defaults.
+``--rltools-batch`` change them). It links MKL where the ``mkl`` and ``mkl-include`` packages are installed (the
+``[bench]`` extra brings them; RLtools runs it single-threaded): then 3,400-4,100 env steps/s on Pendulum-v1 here
+(2026-11-29). Without a BLAS its matrix products are plain loops: 370-430 env steps/s, and 6.7 at SB3's 256-256
+with batch 256. The device line says which (``MKL``, ``OpenBLAS`` or ``no BLAS``).
 
 **Clock.** The compilation (about 12 s on the 2-core machine; cached by RLtools in its temp folder) happens
 before the clock starts, as the SB3-API peers' imports do; the clock starts before ``State(seed)``. Evaluations
@@ -23,6 +24,12 @@ and are taken out of the clock as for every peer.
 training env's first reset is given ``env_seed(seed, 0)`` and later resets continue its generator, as SB3 and our
 samplers do, so the training episodes start from the same states on every side. RLtools' loop resets its env
 without a seed and ignores ``truncated``: it ends an episode after the env's ``max_episode_steps``, compiled in.
+
+**``--rltools-native``** (Pendulum-v1 only): RLtools trains on its own C++ Pendulum (the dynamics of gymnasium's
+Pendulum-v1), so no Python runs in its loop: its published setting and the CPU's ceiling. Its evaluations are
+still ours on gymnasium's Pendulum-v1 (the same observation and actions); it has no training curve (no recorded
+episodes: the training threshold is not reported) and its initial states are its own (not paired), and
+``--stop-when-reached`` cannot stop it (that needs the training curve): it runs its ``--total-steps``.
 
 **Updates** are counted as one per env step after the warm-up (RLtools trains critic and actor every step then);
 RLtools does not report them.
@@ -38,6 +45,8 @@ import json
 import os
 import shutil
 from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 import numpy as np
@@ -45,6 +54,9 @@ from peers_record import RECORDED_ID, RunRecord
 
 from spreeze_like.errors import ConfigError
 from spreeze_like.seeding import env_seed
+
+if TYPE_CHECKING:
+    from peers_runners import Progress
 
 DEFAULT_UNITS = 64  # RLtools' ACTOR_HIDDEN_DIM / CRITIC_HIDDEN_DIM
 DEFAULT_BATCH = 100  # RLtools' ACTOR_BATCH_SIZE / CRITIC_BATCH_SIZE
@@ -113,7 +125,22 @@ def settings(args: argparse.Namespace) -> dict:
             "ALPHA": 1.0, "OPTIMIZER_ALPHA": args.sb3_lr}
 
 
-def train_rltools(args: argparse.Namespace, seed: int, progress) -> RunRecord:
+# ``--rltools-native``: RLtools' own Pendulum (g 10, max torque 2, 200 steps, observation cos, sin, theta dot: the
+# dynamics of gymnasium's Pendulum-v1) as the C++ environment its interface compiles in instead of a Python one
+NATIVE_PENDULUM = """#include <rl_tools/rl/environments/pendulum/operations_cpu.h>
+template <typename T, typename TI>
+using ENVIRONMENT_FACTORY = rl_tools::rl::environments::Pendulum<rl_tools::rl::environments::pendulum::Specification<T, TI>>;
+"""
+
+
+def native_pendulum(folder: Path) -> dict:
+    """The ``env_factory`` RLtools takes for a C++ environment: a folder with its ``environment.h``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "environment.h").write_text(NATIVE_PENDULUM)
+    return {"path": str(folder), "action_dim": 1, "observation_dim": 3}
+
+
+def train_rltools(args: argparse.Namespace, seed: int, progress: Progress) -> RunRecord:
     """One RLtools SAC run in this (child) process; ``progress`` is the run's ``peers_runners.Progress``."""
     from rltools import SAC
 
@@ -127,13 +154,16 @@ def train_rltools(args: argparse.Namespace, seed: int, progress) -> RunRecord:
         seeded = FirstResetSeeded(gym.make(RECORDED_ID), env_seed(seed, 0), limit)
         return gym.wrappers.RescaleAction(seeded, -1.0, 1.0)  # RLtools acts in [-1, 1] and insists on it
 
+    native = getattr(args, "rltools_native", False)
+    factory = native_pendulum(progress.folder / "native_env") if native else make
     chosen = settings(args)
     # one compiled module per settings (and env sizes, which RLtools adds): seeds after the first reuse it
-    name = "spz_" + hashlib.sha1(json.dumps([chosen, args.env], sort_keys=True).encode()).hexdigest()[:12]
+    name = "spz_" + hashlib.sha1(json.dumps([chosen, args.env, native], sort_keys=True).encode()).hexdigest()[:12]
     # its output stays on the console (a BLAS probe's expected 'cannot find -lblas' among it): a failed compile
     # shows the compiler's own lines
-    sac = SAC(make, enable_evaluation=False, interface_name=name, **chosen)
-    shape = f"RLtools {chosen['ACTOR_HIDDEN_DIM']}x{chosen['ACTOR_HIDDEN_DIM']}, batch {chosen['ACTOR_BATCH_SIZE']}"
+    sac = SAC(factory, enable_evaluation=False, interface_name=name, **chosen)
+    shape = f"RLtools {chosen['ACTOR_HIDDEN_DIM']}x{chosen['ACTOR_HIDDEN_DIM']}, batch {chosen['ACTOR_BATCH_SIZE']}" \
+            + (", its C++ Pendulum (no training curve; its own initial states)" if native else "")
 
     def act(obs: np.ndarray) -> np.ndarray:
         unit = np.asarray(sac_state.action(np.asarray(obs, dtype=np.float32)), dtype=np.float64)

@@ -8,13 +8,16 @@ eval_<env step, 9 digits>.mp4`` (or ``.gif``), so ``ls`` lists them in training 
 folder.
 
 Cost, paid by the evaluator only (never a sampler or a learner): rendering every step of one episode and
-encoding it. On a desktop MuJoCo renders through the GPU's EGL; with no GPU, Mesa renders on the CPU (a
-HalfCheetah-v5 episode took 50 s on the 2-core CI machine), which is why it is off by default.
+encoding it. On a desktop MuJoCo renders through the GPU's EGL; with no GPU, Mesa renders on the CPU (a 20,000-step
+HalfCheetah-v5 run on the 2-core machine took 161 s with two videos against 58 s without: docs/trainer.md), which
+is why it is off by default.
 
 Failures never stop training: a write that fails (a full disk) is one warning line (:class:`WriteGuard`) and that
 video is dropped, the next is tried at its time; an env whose ``render()`` fails or returns no frame is one
 warning line and no more videos this session. The run's start checks that the env renders a frame and that the
-format's writer is installed (:func:`spreeze_like.video.check_can_record`), so these are rare.
+format's writer is installed (:func:`spreeze_like.video.check_can_record`), so these are rare. That check renders
+one frame in the starting process and closes the env, and with it its GL context (EGL, not CUDA: the supervisor's
+rule of never initialising CUDA holds).
 
 Who owns what: the evaluator (its process, or the serial loop) creates ``videos/`` and its files; the user removes
 them. A video is written under a temporary name and renamed when complete (:class:`VideoFile`); temporary files
@@ -50,19 +53,18 @@ class EvalVideos:
         fmt: ``"mp4"`` or ``"gif"``.
         start_step: the env step the session starts from (a resume: the schedule continues from there).
         env_id: for the messages.
-        warn: where the warning and ``video:`` lines go.
+        say: where the ``video of the evaluation ...`` and warning lines go (the console).
     """
 
     def __init__(self, run_dir: str | Path, every: int, fmt: str, start_step: int, env_id: str,
-                 warn: Callable[[str], None]) -> None:
+                 say: Callable[[str], None]) -> None:
         if every < 1 or fmt not in VIDEO_FORMATS:
             raise ValueError(f"video every {every} in format {fmt!r}")
-        self.run_dir, self.every, self.fmt, self.env_id, self.warn = Path(run_dir), every, fmt, env_id, warn
+        self.run_dir, self.every, self.fmt, self.env_id, self.say = Path(run_dir), every, fmt, env_id, say
         self.next_at = (start_step // every + 1) * every
-        self.written: list[Path] = []
         self.broken = False  # the env's render() failed: no more videos this session
         self.guard = WriteGuard(f"evaluation videos ({self.run_dir / VIDEOS_DIR})",
-                                "training goes on; the video of this evaluation is dropped", warn, retry_s=0)
+                                "training goes on; the video of this evaluation is dropped", say, retry_s=0)
         self._remove_stale()
 
     def _remove_stale(self) -> None:
@@ -97,7 +99,7 @@ class EvalVideos:
 
     def _stop(self, why: str) -> None:
         self.broken = True
-        self.warn(f"[spreeze] warning: no more evaluation videos this session: {why}; training goes on")
+        self.say(f"[spreeze] warning: no more evaluation videos this session: {why}; training goes on")
 
 
 class Recording:
@@ -138,7 +140,6 @@ class Recording:
         if not keep:
             return None
         self.videos.guard.succeeded()
-        self.videos.written.append(self.video.path)
-        self.videos.warn(f"[spreeze] video of the evaluation at {self.env_step:,} env steps (episode 0, return "
+        self.videos.say(f"[spreeze] video of the evaluation at {self.env_step:,} env steps (episode 0, return "
                          f"{episode_return:.1f}): {self.video.path}")
         return self.video.path

@@ -288,3 +288,23 @@ def test_the_rltools_env_starts_from_the_paired_seed_and_says_its_episode_limit(
     second, _ = plain.reset()
     assert (wrapped.reset()[0] == first).all() and (wrapped.reset()[0] == second).all()
     assert wrapped.spec.max_episode_steps == 123 and wrapped.spec.id == "Pendulum-v1"
+
+
+@needs_rltools
+def test_the_rltools_peer_on_its_own_cpp_pendulum_is_evaluated_on_gymnasiums(tmp_path: Path) -> None:
+    """``--rltools-native``: no Python env in RLtools' loop, so no recorded training episode; our evaluations of its
+    policy on gymnasium's Pendulum-v1 still run at their steps, and it runs its whole --total-steps."""
+    out = tmp_path / "figures.json"
+    proc = run_bench(SMALLEST + ["--peers", "rltools", "--rltools-native", "--skip-ours", "--stop-when-reached",
+                                 "--json", str(out), "--no-png"], timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    row = json.loads(out.read_text())["rows"]["rltools"]["1"]
+    assert row["env_steps"] == 600 and row["episodes"] == 0
+    assert [e[1] for e in row["evals"]] == [300, 600] and all(-2000 < e[2] <= 0 for e in row["evals"])
+    assert "its C++ Pendulum" in proc.stdout
+
+
+@pytest.mark.parametrize("args", [["--env", "HalfCheetah-v5", "--peers", "rltools"], ["--peers", "sb3"]])
+def test_rltools_native_is_refused_off_pendulum_or_without_the_peer(args: list[str]) -> None:
+    proc = run_bench(SMALLEST + ["--rltools-native", *args], timeout=120)
+    assert proc.returncode == 2 and proc.stderr.strip().splitlines()[-1].startswith("error: --rltools-native")
