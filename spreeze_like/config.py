@@ -186,7 +186,8 @@ class TrainConfig:
     precision: str = _f(
         "auto",
         "learner arithmetic: fp32; bf16 = bfloat16 autocast of the hidden layers (heads, weights and Adam stay "
-        "fp32); auto = bf16 on a CPU learner when the CPU multiplies bf16 natively (avx512_bf16/AMX), else fp32",
+        "fp32); auto = bf16 on a CPU learner when the CPU multiplies bf16 natively (avx512_bf16/AMX) and the update is "
+        "large enough to gain (batch x widest layer^2 >= 8.4 M, e.g. 256x256 at batch 128), else fp32",
         choices=PRECISIONS,
     )
     learner_step: str = _f(
@@ -343,6 +344,11 @@ class TrainConfig:
         return self.utd / (1 + self.her_goals)
 
     @property
+    def widest_hidden(self) -> int:
+        """The widest hidden layer of the actor and critic MLPs (what sets a CPU update's cost per row)."""
+        return max((*self.hidden_sizes, *self.critic_hidden_sizes), default=1)
+
+    @property
     def sampler_rows(self) -> int:
         """Sampler rows of a run: ``sampler-0 .. sampler-(samplers-1)`` are local processes, the next
         ``remote_samplers`` rows are remote actors (each row its own ring, stats row and quota)."""
@@ -355,7 +361,8 @@ class TrainConfig:
 
         self.validate()
         actor_device, critic_device = resolve_devices(self.actor_device, self.critic_device)
-        precision = resolve_precision(self.precision, (actor_device, critic_device))
+        precision = resolve_precision(self.precision, (actor_device, critic_device),
+                                      update=(self.batch_size, self.widest_hidden))
         if self.learner_step in ("cuda-graph", "compiled-graph") and not all(
                 d.startswith("cuda") for d in (actor_device, critic_device)):
             raise ConfigError(f"--learner-step {self.learner_step} needs both learners on CUDA (actor "

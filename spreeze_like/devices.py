@@ -100,12 +100,28 @@ def cpu_has_native_bf16() -> bool:
     return False
 
 
-def resolve_precision(precision: str, devices: tuple[str, ...], native_bf16: bool | None = None) -> str:
-    """``auto`` -> ``bf16`` when every learner is on a CPU with native bf16, else ``fp32``; others unchanged."""
+# bf16 autocast pays on a CPU only for updates with enough arithmetic per layer: it casts every hidden layer's
+# input and weight each step, a fixed cost that a small matmul does not repay. Measured with
+# tools/bench_precision.py on a 2-vCPU AMD EPYC with avx512_bf16 (2026-11-29; fp32 time / bf16 time, critic and
+# actor steps, batch x widest hidden width squared): 64@100 0.54-0.63, 96@256 0.68-0.70 (Pendulum-v1's preset),
+# 256@100 0.92-0.95, 256@128 1.09, 128@512 1.06, 192@256 1.04, 256@256 1.30-1.32, 128@1024 1.40-1.44.
+BF16_MIN_WORK = 2**23  # batch x width^2 from which bf16 is the faster (8.4 M: 256@128, 128@512)
+
+
+def bf16_pays(batch_size: int, widest: int) -> bool:
+    """Whether a CPU update of ``batch_size`` rows through hidden layers up to ``widest`` wide is faster in bf16."""
+    return batch_size * widest * widest >= BF16_MIN_WORK
+
+
+def resolve_precision(precision: str, devices: tuple[str, ...], native_bf16: bool | None = None,
+                      update: tuple[int, int] | None = None) -> str:
+    """``auto`` -> ``bf16`` when every learner is on a CPU with native bf16 and the update is large enough for
+    it to pay (``update``: batch size and widest hidden layer; None: any size), else ``fp32``; others unchanged."""
     if precision != "auto":
         return precision
     native = cpu_has_native_bf16() if native_bf16 is None else native_bf16
-    return "bf16" if native and all(d == "cpu" for d in devices) else "fp32"
+    big = update is None or bf16_pays(*update)
+    return "bf16" if native and big and all(d == "cpu" for d in devices) else "fp32"
 
 
 def _check(name: str, device: str, count: int) -> str:

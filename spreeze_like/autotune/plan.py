@@ -221,6 +221,7 @@ def make_plan(probes: ProbeResults, config: Any, explicit: Collection[str] = (),
     for name in ("serial", "batch_size", "utd", "envs_per_sampler", "samplers", "torch_threads"):
         value, reason = layout.choices[name]
         choose(name, value, reason)
+    _small_update_precision(plan, config, choose, "precision" in mine)
     plan.predicted = layout.predicted
     plan.notes += layout.notes
 
@@ -251,6 +252,26 @@ def _plan_precision(probes: ProbeResults, config: Any, choose: Any, critic_dev: 
     chosen = choose("precision", value, reason)
     if user and chosen not in ("auto", value):
         notes.append(f"--precision {chosen} is yours; the expected rates were measured in {value}")
+
+
+def _small_update_precision(plan: Plan, config: Any, choose: Any, user: bool) -> None:
+    """bf16 planned for a CPU whose update at the planned batch is too small for it to pay: fp32 instead.
+
+    The probe measures a device in one arithmetic for every batch; bf16 autocast costs a fixed cast per layer
+    and step, which small networks at small batches do not earn back (``devices.bf16_pays``: batch x widest
+    layer^2 under 8.4 M ran 0.54-0.95x as fast in bf16). The rates were measured in bf16, so the run is at least
+    as fast as planned."""
+    from spreeze_like.devices import BF16_MIN_WORK, bf16_pays
+
+    if user or plan.value("precision") != "bf16":
+        return
+    widths = (*getattr(config, "hidden_sizes", ()), *getattr(config, "critic_hidden_sizes", ()))
+    batch, widest = int(plan.value("batch_size")), max(widths, default=256)
+    if bf16_pays(batch, widest):
+        return
+    choose("precision", "fp32", f"batch {batch} x widest layer {widest}^2 = {batch * widest * widest:,} is under "
+           f"{BF16_MIN_WORK:,}: bf16 autocast costs more than it saves at this size (the update rates below were "
+           "measured in bf16; fp32 runs them faster)")
 
 
 def _plan_memory(plan: Plan, probes: ProbeResults, config: Any, choose: Any, samplers: int, serial: bool) -> None:

@@ -164,7 +164,8 @@ def test_a_signal_stops_the_run_at_a_step_boundary(tmp_path, monkeypatch, sig, r
     monkeypatch.setattr(CriticLearner, "update", update)
     lines: list[str] = []
     with pytest.raises(raised) as info:
-        train(tiny(tmp_path / "stopped", total_steps=5000), print_fn=lines.append)
+        # bf16 named: the autocast path on every machine (auto keeps a tiny network in fp32)
+        train(tiny(tmp_path / "stopped", total_steps=5000, precision="bf16"), print_fn=lines.append)
     if raised is SystemExit:
         assert info.value.code == 128 + signal.SIGTERM
     assert calls["started"] == calls["finished"] == 50  # the update the signal hit ran to its end
@@ -176,8 +177,8 @@ def test_a_signal_stops_the_run_at_a_step_boundary(tmp_path, monkeypatch, sig, r
 
     monkeypatch.setattr(CriticLearner, "update", original)
     quiet = {"print_fn": lambda line: None}
-    after = train(tiny(tmp_path / "after"), **quiet)
-    assert after.final_eval_returns == train(tiny(tmp_path / "again"), **quiet).final_eval_returns
+    after = train(tiny(tmp_path / "after", precision="bf16"), **quiet)
+    assert after.final_eval_returns == train(tiny(tmp_path / "again", precision="bf16"), **quiet).final_eval_returns
     n = torch.autocast_increment_nesting()
     torch.autocast_decrement_nesting()
     assert n == 1  # no autocast region left open
