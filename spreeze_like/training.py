@@ -24,12 +24,11 @@ from typing import TYPE_CHECKING
 from spreeze_like.checkpoint import interrupted_before_training
 from spreeze_like.config import TrainConfig
 from spreeze_like.console import say
-from spreeze_like.envs import env_info
 from spreeze_like.errors import ConfigError
 from spreeze_like.layering import complete_sources, lay_presets, mark_planned, python_sources, settings_lines
 from spreeze_like.modes import parallel_entry, serial_entry
 from spreeze_like.results import TrainResult
-from spreeze_like.roles.her import check_her
+from spreeze_like.roles.her import checked_env_info
 from spreeze_like.rundir import prepare_run
 from spreeze_like.structured_obs import describe
 
@@ -116,12 +115,9 @@ def _plan(config: TrainConfig, print_fn: Callable[[str], None], explicit: Collec
         config, plan = autotune(config, set(given), print_fn)
         given = mark_planned(given, plan)
     resolved = config.resolve()
-    # a bad env fails here, before a run folder is made for it; so does one whose first step raises
-    # (--her-goals: check_her takes the first step itself, to relabel it: an env that cannot be relabelled, or whose
-    # compute_reward raises, fails here, not in a sampler)
-    info = env_info(resolved.env, resolved.env_kwargs, first_step=not resolved.her_goals)
-    if resolved.her_goals:
-        check_her(resolved.env, resolved.env_kwargs, resolved.her_goals)
+    # a bad env fails here, before a run folder is made for it; so does one whose first step raises, and with
+    # --her-goals one that cannot be relabelled or whose compute_reward raises (not in a sampler)
+    info = checked_env_info(resolved.env, resolved.env_kwargs, resolved.her_goals)
     if resolved.video_every > 0:  # the writer is installed and the env renders a frame: not found an hour in
         from spreeze_like.video import check_can_record
 

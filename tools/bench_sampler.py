@@ -42,13 +42,9 @@ def measure(env_id: str, procs: list[int], ks: list[int], seconds: float, repeat
             hidden: tuple[int, ...], n_step: int = 1, her_goals: int = 0) -> dict[int, dict[int, Any]]:
     """``{N: {K: Rate}}``, the best of ``repeats`` windows per point."""
     from spreeze_like.autotune.sampler_scaling import measure_scaling
-    from spreeze_like.envs import env_info
-    from spreeze_like.roles.her import check_her
+    from spreeze_like.roles.her import checked_env_info
 
-    # a bad env fails here, in one line, before anything is spawned (with HER, check_her takes the first step)
-    info = env_info(env_id, first_step=not her_goals)
-    if her_goals:
-        check_her(env_id, None, her_goals)
+    info = checked_env_info(env_id, None, her_goals)  # a bad env fails here, in one line, before anything is spawned
     spec = {"algo": algo, "obs_dim": info.obs_dim, "act_dim": info.act_dim, "hidden_sizes": hidden,
             "n_step": n_step, "her_goals": her_goals}
     best: dict[int, dict[int, Any]] = {}

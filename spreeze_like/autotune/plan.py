@@ -265,8 +265,7 @@ def _small_update_precision(plan: Plan, config: Any, choose: Any, user: bool) ->
 
     if user or plan.value("precision") != "bf16":
         return
-    widths = (*getattr(config, "hidden_sizes", ()), *getattr(config, "critic_hidden_sizes", ()))
-    batch, widest = int(plan.value("batch_size")), max(widths, default=256)
+    batch, widest = int(plan.value("batch_size")), config.widest_hidden
     if bf16_pays(batch, widest):
         return
     choose("precision", "fp32", f"batch {batch} x widest layer {widest}^2 = {batch * widest * widest:,} is under "

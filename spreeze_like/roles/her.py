@@ -49,7 +49,7 @@ import gymnasium as gym
 import numpy as np
 
 from spreeze_like.config import HER_STRATEGIES
-from spreeze_like.envs import check_first_step, make_env
+from spreeze_like.envs import EnvInfo, check_first_step, env_info, make_env
 from spreeze_like.errors import EnvError
 from spreeze_like.structured_obs import structured_space_of
 
@@ -222,3 +222,12 @@ def check_her(name: str, env_kwargs: Mapping[str, Any] | None, k: int) -> None:
         episodes.end(0)
     finally:
         env.close()
+
+
+def checked_env_info(name: str, env_kwargs: Mapping[str, Any] | None, her_goals: int) -> EnvInfo:
+    """The env's facts, its first step checked once: by :func:`check_her`, which relabels that step, with
+    ``--her-goals``; by :func:`~spreeze_like.envs.env_info` otherwise. A bad env fails here, in one line."""
+    info = env_info(name, env_kwargs, first_step=not her_goals)
+    if her_goals:
+        check_her(name, env_kwargs, her_goals)
+    return info

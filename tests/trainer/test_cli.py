@@ -146,11 +146,11 @@ def test_a_ctrl_c_before_a_resume_goes_on_names_its_last_good_checkpoint(finishe
     the run went on; its folder is as it was", while the same stop a moment later, in the serial trainer's start,
     said "interrupted before training began; the last good checkpoint is ...": one case, two lines (2026-11-28).
     Both say the second now. In-process: the env check raises the KeyboardInterrupt a Ctrl-C would."""
-    def interrupted(env: str, env_kwargs=None, first_step: bool = False) -> None:
+    def interrupted(*args, **kwargs) -> None:
         raise KeyboardInterrupt
 
     before = sorted((p.name, p.stat().st_mtime_ns) for p in (finished_run / "checkpoints").iterdir())
-    monkeypatch.setattr("spreeze_like.training.env_info", interrupted)
+    monkeypatch.setattr("spreeze_like.training.checked_env_info", interrupted)
     with pytest.raises(KeyboardInterrupt) as raised:
         train(resume=str(finished_run), total_steps=600, print_fn=lambda line: None)
     newest = list_checkpoints(finished_run)[-1]
