@@ -18,6 +18,9 @@ from spreeze_like.console import exit_status, say
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the process exit status."""
+    from spreeze_like.ipc.lifetime import die_with_launcher
+
+    die_with_launcher()  # started by python -m spreeze_like.seeds: stop in order when it dies
     # Every stop prints what there is to resume (the orderly stop's line, a forced stop's, "nothing was written"
     # before the run folder): the last line only confirms, and never points at a folder that may hold nothing
     return exit_status(lambda: run(argv), interrupted="interrupted")

@@ -78,3 +78,38 @@ def child_setup(parent_pid: int, ignore_sigint: bool = True, sig: int = signal.S
     die_with_parent(parent_pid, sig)
     if ignore_sigint:
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+LAUNCHER_ENV = "SPREEZE_DIE_WITH_PARENT"  # set by a launcher of ours (the seeds command) to its pid
+
+
+def die_with_launcher(poll_s: float = 0.5) -> None:
+    """First call of a command that another of ours may have started (``python -m spreeze_like.run`` under
+    ``python -m spreeze_like.seeds``): when ``SPREEZE_DIE_WITH_PARENT`` names the parent, send this process
+    one SIGTERM when the parent dies (the run's orderly stop: checkpoint, its processes and segments removed),
+    and take Ctrl-C as a person's.
+
+    A watcher thread polls ``getppid()`` rather than ``PR_SET_PDEATHSIG``: the kernel sends the parent-death
+    signal again each time the child is handed to another thread of a dying parent, so a launcher with
+    threads (numpy's BLAS pool) that is SIGKILLed sent two or three SIGTERMs, and the second one forces the
+    run's stop before its checkpoint (seen in test_seeds_runs). One signal, at most ``poll_s`` late. The
+    variable is removed first, so the command's own children do not inherit it.
+    """
+    value = os.environ.pop(LAUNCHER_ENV, None)
+    if not value:
+        return
+    try:
+        parent = int(value)
+    except ValueError:
+        return
+    threading.Thread(target=_stop_when_orphaned, args=(parent, poll_s), daemon=True, name="launcher-watch").start()
+    # a launcher started with SIGINT ignored (a shell's background job) hands that on through exec: the
+    # launcher forwards Ctrl-C, and this process must take it as an interrupt
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def _stop_when_orphaned(parent_pid: int, period_s: float) -> None:
+    while os.getppid() == parent_pid:
+        time.sleep(period_s)
+    os.kill(os.getpid(), signal.SIGTERM)

@@ -1,0 +1,182 @@
+"""The seeds command with real runs: several processes at once, stops, kills and resumes.
+
+Each test starts ``python -m spreeze_like.seeds`` as a process, as a person would, with runs small
+enough to finish in seconds. Besides the autouse check that nothing of ours is left behind (which
+sees only this process's descendants), every test whose seeds process dies first waits for the runs
+it had started by their pids, since those are no longer this process's descendants.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from spreeze_like.checkpoint import checkpoint_step, list_checkpoints
+from spreeze_like.curves import read_curves
+from spreeze_like.errors import SpreezeError
+
+from parallel.helpers import cli_env, survivors
+
+TINY = ["--hidden-sizes", "32", "32", "--batch-size", "64", "--learning-starts", "300", "--eval-episodes", "2",
+        "--log-interval", "0", "--tb-interval", "0.5", "--buffer-size", "20000"]
+
+
+def start(logdir: Path, *args: str) -> tuple[subprocess.Popen, Path]:
+    log = logdir.parent / f"{logdir.name}.log"
+    out = open(log, "w")  # noqa: SIM115 - the child's; closed by its exit
+    proc = subprocess.Popen([sys.executable, "-m", "spreeze_like.seeds", "--logdir", str(logdir),
+                             "--progress-every", "0", *args], stdout=out, stderr=subprocess.STDOUT,
+                            env=cli_env(), text=True)
+    return proc, log
+
+
+def finish(proc: subprocess.Popen, log: Path, timeout: float = 240) -> str:
+    try:
+        proc.wait(timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return log.read_text()
+
+
+def folder_of(logdir: Path, timeout: float = 60) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = [p for p in logdir.glob("seeds__*") if (p / "seeds.json").is_file()] if logdir.is_dir() else []
+        if found:
+            return found[0]
+        time.sleep(0.1)
+    raise AssertionError(f"no seeds folder under {logdir}")
+
+
+def record(folder: Path) -> dict:
+    return json.loads((folder / "seeds.json").read_text())
+
+
+def wait_for(predicate, timeout: float, what: str):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.2)
+    raise AssertionError(f"{what} within {timeout} s")
+
+
+def evaluated(folder: Path, seeds: list[int]) -> bool:
+    """Every seed's run has written an evaluation row (so it is mid-run, past its start)."""
+    runs = {s["seed"]: s["run_dir"] for s in record(folder)["seeds"]}
+    try:
+        return all(runs.get(s) and read_curves(folder / runs[s]).eval for s in seeds)
+    except SpreezeError:  # no curves.csv yet
+        return False
+
+
+def test_three_seeds_two_at_a_time_each_a_real_run_with_its_outcome(tmp_path):
+    proc, log = start(tmp_path / "runs", "--seeds", "1-3", "--jobs", "2", "--serial", *TINY, "--total-steps", "800",
+                      "--eval-every", "400")
+    text = finish(proc, log)
+    assert proc.returncode == 0, text
+    folder = folder_of(tmp_path / "runs")
+    rec = record(folder)
+    assert [s["seed"] for s in rec["seeds"]] == [1, 2, 3]
+    spans = []
+    for s in rec["seeds"]:
+        assert s["status"] == "done" and s["exit_status"] == 0, s
+        run_dir = folder / s["run_dir"]
+        assert run_dir.parent == folder / f"seed_{s['seed']}"
+        assert json.loads((run_dir / "config.json").read_text())["seed"] == s["seed"]
+        last = read_curves(run_dir).eval[-1]
+        assert (s["final_return"], s["env_steps"]) == (last.episode_return, last.env_steps) and last.env_steps == 800
+        assert f"seed {s['seed']}: {s['final_return']:.1f} after 800 env steps" in text
+        spans += [(s["started"][0], +1), (s["ended"][0], -1)]
+    running, most = 0, 0
+    for _, change in sorted(spans):  # never more than --jobs runs at once
+        running += change
+        most = max(most, running)
+    assert most == 2, spans
+    assert "final evaluation over 3 seeds: mean " in text and f"seeds folder: {folder}" in text
+
+
+def test_ctrl_c_stops_every_run_in_order_and_resume_finishes_each_from_its_checkpoint(tmp_path):
+    proc, log = start(tmp_path / "runs", "--seeds", "4", "5", "6", "--jobs", "2", *TINY, "--total-steps", "100000",
+                      "--eval-every", "500")
+    try:
+        folder = folder_of(tmp_path / "runs")
+        wait_for(lambda: evaluated(folder, [4, 5]), 180, "both first seeds evaluated")
+    except BaseException:
+        proc.send_signal(signal.SIGINT)
+        finish(proc, log)
+        raise
+    proc.send_signal(signal.SIGINT)
+    text = finish(proc, log)
+    assert proc.returncode == 130, text
+    rec = record(folder)
+    assert [s["status"] for s in rec["seeds"]] == ["stopped", "stopped", "waiting"], text
+    steps = []
+    for s in rec["seeds"][:2]:
+        checkpoints = list_checkpoints(folder / s["run_dir"])
+        assert checkpoints, s
+        steps.append(checkpoint_step(checkpoints[-1]))
+    assert f"continue them (each from its newest checkpoint) with python -m spreeze_like.seeds --resume {folder}" in text
+    total = str(max(steps) + 300)  # the resume takes a smaller budget: a run typed flag overrides every seed's
+    proc, log = start(tmp_path / "again", "--resume", str(folder), "--total-steps", total)
+    text = finish(proc, log)
+    assert proc.returncode == 0, text
+    rec = record(folder)
+    for s in rec["seeds"]:
+        assert s["status"] == "done" and s["env_steps"] == int(total), s
+        assert len(list((folder / f"seed_{s['seed']}").glob("*__sac__*"))) == 1  # continued, not started again
+    assert text.count("continues from") == 2 and "seed 6 started" in text
+    assert not (tmp_path / "again").exists()  # --logdir is for new folders only
+
+
+def test_a_killed_seeds_process_stops_its_runs_in_order(tmp_path):
+    proc, log = start(tmp_path / "runs", "--seeds", "1", "2", "--jobs", "2", *TINY, "--total-steps", "100000",
+                      "--eval-every", "500")
+    try:
+        folder = folder_of(tmp_path / "runs")
+        wait_for(lambda: evaluated(folder, [1, 2]), 180, "both seeds evaluated")
+        pids = [s["pid"] for s in record(folder)["seeds"]]
+    finally:
+        proc.kill()
+        finish(proc, log)
+    assert all(pids) and survivors(pids, timeout=120) == []
+    for seed in (1, 2):
+        console = (folder / f"seed_{seed}" / "console.log").read_text()
+        assert "interrupted at" in console and "checkpoint" in console, console[-2000:]
+
+
+def test_a_seed_killed_alone_fails_the_others_finish_and_resume_starts_it_again(tmp_path):
+    proc, log = start(tmp_path / "runs", "--seeds", "1", "2", "--jobs", "2", "--serial", *TINY,
+                      "--total-steps", "100000", "--eval-every", "500", "--checkpoint-every", "0")
+    try:
+        folder = folder_of(tmp_path / "runs")
+        wait_for(lambda: evaluated(folder, [1, 2]), 180, "both seeds evaluated")
+        victim = record(folder)["seeds"][0]
+        subprocess.run(["kill", "-9", str(victim["pid"])], check=True)
+        wait_for(lambda: record(folder)["seeds"][0]["status"] == "failed", 60, "seed 1 recorded as failed")
+        # seed 2 keeps running; stop it in order so that this test ends
+        proc.send_signal(signal.SIGINT)
+        text = finish(proc, log)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    rec = record(folder)
+    assert rec["seeds"][0]["line"] == "killed by SIGKILL" and rec["seeds"][1]["status"] == "stopped", text
+    assert "seed 1 failed (killed by SIGKILL)" in text
+    old_run = folder / rec["seeds"][0]["run_dir"]
+    assert not list_checkpoints(old_run)  # --checkpoint-every 0 and killed: nothing to continue from
+    stopped_at = checkpoint_step(list_checkpoints(folder / rec["seeds"][1]["run_dir"])[-1])
+    proc, log = start(tmp_path / "runs", "--resume", str(folder), "--total-steps", str(max(700, stopped_at + 300)))
+    text = finish(proc, log)
+    assert proc.returncode == 0, text
+    rec = record(folder)
+    assert [s["status"] for s in rec["seeds"]] == ["done", "done"]
+    assert "has no checkpoint to continue from; starting the seed again in a new run folder" in text
+    assert folder / rec["seeds"][0]["run_dir"] != old_run and old_run.is_dir()
