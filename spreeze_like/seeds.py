@@ -51,7 +51,7 @@ from spreeze_like.seed_runs import (
     read_outcome,
     resume_args,
 )
-from spreeze_like.seeds_cli import SeedsCommand, checked_run_config, parse_seeds_command
+from spreeze_like.seeds_cli import SeedsCommand, checked_run_config, parse_seeds_command, run_config
 from spreeze_like.seeds_summary import exit_code, summary_lines
 from spreeze_like.write_guard import WriteGuard
 
@@ -119,7 +119,7 @@ def _reopen(command: SeedsCommand) -> tuple[Path, dict[str, Any]]:
         saved_args = [str(a) for a in record["run_args"]]
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(f"{what}: {path} is not a seeds record this version can continue ({exc})") from None
-    env = str(record.get("env", ""))
+    env = run_config(saved_args).env  # from the saved flags (and a --config file they name), not the header
     if command.typed_env is not None and command.typed_env != env:
         raise ConfigError(f"{what}: its seeds train {env}; --env {command.typed_env} would mix envs in one experiment "
                           "(start a new folder for another env)")
@@ -163,6 +163,9 @@ class Seeds:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
             self._loop(todo)
+        except BaseException:  # this process's own failure (a seed folder it cannot write): stop the runs in order
+            self._abandon()
+            raise
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
@@ -202,6 +205,18 @@ class Seeds:
                 next_progress = time.monotonic() + self.command.progress_every
                 self.say(self._progress_line())
             time.sleep(0.2)
+
+    def _abandon(self) -> None:
+        """Ask every running seed to stop (SIGTERM: its orderly stop) and wait for it, recording each."""
+        self.stop_signal = self.stop_signal or signal.SIGTERM
+        for seed_run in self.running:
+            seed_run.signal(signal.SIGTERM)
+        while self.running:
+            for seed_run in list(self.running):
+                if seed_run.poll(stopping=True):
+                    self.running.remove(seed_run)
+            time.sleep(0.2)
+        self.save()
 
     def _start(self, record: SeedRecord) -> None:
         if at_total_steps(record, self.folder, self.command.config.total_steps):

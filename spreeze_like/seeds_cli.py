@@ -140,19 +140,29 @@ def _refuse_own_flags(run_args: list[str]) -> None:
             raise ConfigError(f"{flag} trains nothing; run python -m spreeze_like.run {flag} instead")
 
 
-def checked_run_config(run_args: list[str]) -> TrainConfig:
-    """The run flags checked as ``python -m spreeze_like.run`` checks them, with the env's preset laid under,
-    and the env made once (a bad env is one line here rather than a failure in every seed)."""
+def run_config(run_args: list[str]) -> TrainConfig:
+    """The run flags checked as ``python -m spreeze_like.run`` checks them, with the env's preset laid under
+    (the env itself is neither imported nor made: :func:`check_env`)."""
     from spreeze_like.flags import parse_command_line
     from spreeze_like.layering import lay_presets
-    from spreeze_like.roles.her import checked_env_info
 
     _refuse_own_flags(run_args)
     line = parse_command_line(run_args)
     config, _sources = lay_presets(line.config, line.sources)
-    resolved = config.resolve()
-    checked_env_info(resolved.env, resolved.env_kwargs, resolved.her_goals)
-    return resolved
+    return config.resolve()
+
+
+def check_env(config: TrainConfig) -> None:
+    """Make the env and take a step (with --her-goals: relabel), once here rather than failing in every seed."""
+    from spreeze_like.roles.her import checked_env_info
+
+    checked_env_info(config.env, config.env_kwargs, config.her_goals)
+
+
+def checked_run_config(run_args: list[str]) -> TrainConfig:
+    config = run_config(run_args)
+    check_env(config)
+    return config
 
 
 def _jobs(jobs: int | None, config: TrainConfig, n_seeds: int) -> tuple[int, str]:

@@ -63,10 +63,11 @@ def test_an_unknown_flag_is_argparses_one_line(capsys, tmp_path):
     assert len(err) == 1 and "did you mean --total-steps" in err[0], err
 
 
-def saved_folder(tmp_path, env="Pendulum-v1", statuses=("done", "waiting")) -> str:
+def saved_folder(tmp_path, env="Pendulum-v1", statuses=("done", "waiting"), header_env=None) -> str:
     folder = tmp_path / "seeds__x"
     folder.mkdir()
-    record = {"format": seeds.FORMAT, "run_args": ["--env", env, *FAST], "env": env, "algo": "sac", "jobs": 1,
+    record = {"format": seeds.FORMAT, "run_args": ["--env", env, *FAST], "env": header_env or env, "algo": "sac",
+              "jobs": 1,
               "created": 0.0, "seeds": [SeedRecord(i + 1, status=s, env_steps=1000 if s == "done" else None,
                                                    final_return=-5.0 if s == "done" else None).to_dict()
                                         for i, s in enumerate(statuses)]}
@@ -77,6 +78,9 @@ def saved_folder(tmp_path, env="Pendulum-v1", statuses=("done", "waiting")) -> s
 @pytest.mark.parametrize(("make", "extra", "fragments"), [
     (lambda tmp: str(tmp / "nowhere"), [], ["no seeds.json there"]),
     (lambda tmp: saved_folder(tmp, env="trainer.tiny_envs:TinyWalk-v0"), [], ["type --env", "data"]),
+    # a crafted record whose header names a plain env: the saved flags are what would run
+    (lambda tmp: saved_folder(tmp, env="trainer.tiny_envs:TinyWalk-v0", header_env="Pendulum-v1"), [],
+     ["type --env", "data"]),
     (lambda tmp: saved_folder(tmp), ["--env", "MountainCarContinuous-v0"], ["mix envs"]),
     (lambda tmp: saved_folder(tmp), ["--seed", "4"], ["--seed is the seeds command's"]),
     (lambda tmp: saved_folder(tmp), ["--total-steps", "0"], ["total"]),

@@ -180,3 +180,25 @@ def test_a_seed_killed_alone_fails_the_others_finish_and_resume_starts_it_again(
     assert [s["status"] for s in rec["seeds"]] == ["done", "done"]
     assert "has no checkpoint to continue from; starting the seed again in a new run folder" in text
     assert folder / rec["seeds"][0]["run_dir"] != old_run and old_run.is_dir()
+
+
+def test_a_failure_of_the_seeds_process_itself_stops_the_running_seeds_in_order(tmp_path):
+    from spreeze_like import seeds
+    from spreeze_like.seeds_cli import parse_seeds_command
+
+    command = parse_seeds_command(["--seeds", "1", "2", "--jobs", "2", "--serial", *TINY, "--total-steps", "100000",
+                                   "--logdir", str(tmp_path), "--progress-every", "0"])
+    folder = seeds._new_folder(command)
+    (folder / "seed_2").write_text("a file where seed 2's folder goes")  # its start fails after seed 1's
+    lines: list[str] = []
+    runner = seeds.Seeds(folder, seeds._new_record(command), command, print_fn=lines.append)
+    try:
+        runner.run()
+    except SpreezeError as exc:
+        assert "cannot write to" in str(exc) and "seed_2" in str(exc)
+    else:
+        raise AssertionError("the start of seed 2 did not fail")
+    first = record(folder)["seeds"][0]
+    # 143: the run's orderly stop; -SIGTERM: it was still starting its interpreter (no handler yet, nothing written)
+    assert first["status"] == "stopped" and first["exit_status"] in (143, -signal.SIGTERM), (first, lines)
+    assert first["pid"] is None and not runner.running
