@@ -59,20 +59,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _output_dir(logdir: str) -> Path:
-    base = Path(logdir)
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-        for i in range(100):
-            path = base / (f"profile__{int(time.time())}" + (f"_{i}" if i else ""))
-            try:
-                path.mkdir()
-                return path
-            except FileExistsError:
-                continue
-    except OSError as exc:
-        raise ConfigError(f"cannot create an output folder under --logdir {logdir}: {exc.strerror or exc}; "
-                          "pass --logdir with a writable folder") from None
-    raise ConfigError(f"too many profile folders under {base} this second; retry")
+    from spreeze_like.rundir import new_unique_folder
+
+    return new_unique_folder(Path(logdir), f"profile__{int(time.time())}", "an output folder")
 
 
 def run_settings(env: str, algo: str | None, hidden_sizes: list[int] | None,

@@ -162,11 +162,15 @@ def run_name(config: TrainConfig, unixtime: int | None = None) -> str:
 
 
 def _new_run_dir(config: TrainConfig) -> Path:
-    base = Path(config.logdir)
-    name = run_name(config)
+    return new_unique_folder(Path(config.logdir), run_name(config), "a run folder")
+
+
+def new_unique_folder(base: Path, name: str, what: str) -> Path:
+    """Create ``base/name`` (``base`` too if missing), or ``name_1``... when folders were started in the same
+    second (the names end in a unix time); a failure is one ConfigError line naming ``--logdir``."""
     try:
         base.mkdir(parents=True, exist_ok=True)
-        for suffix in [""] + [f"_{i}" for i in range(1, 100)]:  # two runs started in the same second
+        for suffix in [""] + [f"_{i}" for i in range(1, 100)]:
             path = base / (name + suffix)
             try:
                 path.mkdir()
@@ -175,10 +179,9 @@ def _new_run_dir(config: TrainConfig) -> Path:
                 continue
     except OSError as exc:
         raise ConfigError(
-            f"cannot create a run folder under --logdir {config.logdir}: {exc.strerror or exc}; "
-            "pass --logdir with a writable folder"
+            f"cannot create {what} under --logdir {base}: {exc.strerror or exc}; pass --logdir with a writable folder"
         ) from None
-    raise ConfigError(f"too many runs named {name} under {base}; wait a second or pass another --logdir")
+    raise ConfigError(f"too many folders named {name} under {base}; wait a second or pass another --logdir")
 
 
 def write_json_atomic(path: Path, data: dict[str, Any]) -> None:

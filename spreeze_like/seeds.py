@@ -41,7 +41,7 @@ from typing import Any
 
 from spreeze_like.console import exit_status, say
 from spreeze_like.errors import ConfigError
-from spreeze_like.rundir import RunFolderLock, safe_name, write_json_atomic
+from spreeze_like.rundir import RunFolderLock, new_unique_folder, safe_name, write_json_atomic
 from spreeze_like.seed_runs import (
     STATUSES,
     SeedRecord,
@@ -78,20 +78,8 @@ def run(argv: list[str]) -> int:
 
 
 def _new_folder(command: SeedsCommand) -> Path:
-    base = Path(command.logdir)
     name = f"seeds__{safe_name(command.config.env)}__{command.config.algo}__{int(time.time())}"
-    try:
-        base.mkdir(parents=True, exist_ok=True)
-        for suffix in [""] + [f"_{i}" for i in range(1, 100)]:
-            try:
-                (base / (name + suffix)).mkdir()
-                return base / (name + suffix)
-            except FileExistsError:
-                continue
-    except OSError as exc:
-        raise ConfigError(f"cannot create a folder under --logdir {command.logdir}: {exc.strerror or exc}; pass "
-                          "--logdir with a writable folder") from None
-    raise ConfigError(f"too many folders named {name} under {base}; wait a second or pass another --logdir")
+    return new_unique_folder(Path(command.logdir), name, "a seeds folder")
 
 
 def _new_record(command: SeedsCommand) -> dict[str, Any]:
