@@ -244,7 +244,8 @@ def _plan_precision(probes: ProbeResults, config: Any, choose: Any, critic_dev: 
     mixed = len(measured) > 1
     value = "fp32" if mixed else next(iter(measured))
     if value == "bf16":
-        reason = "this CPU multiplies bf16 natively: the update curves below were measured with bf16 hidden layers"
+        reason = ("this CPU multiplies bf16 natively: the update curves below were measured with bf16 hidden layers "
+                  "where the update is large enough for bf16 to pay")
     elif mixed:
         reason = "the learners' devices were measured in different arithmetic; fp32 runs well on all of them"
     else:
@@ -257,10 +258,9 @@ def _plan_precision(probes: ProbeResults, config: Any, choose: Any, critic_dev: 
 def _small_update_precision(plan: Plan, config: Any, choose: Any, user: bool) -> None:
     """bf16 planned for a CPU whose update at the planned batch is too small for it to pay: fp32 instead.
 
-    The probe measures a device in one arithmetic for every batch; bf16 autocast costs a fixed cast per layer
-    and step, which small networks at small batches do not earn back (``devices.bf16_pays``: batch x widest
-    layer^2 under 8.4 M ran 0.54-0.95x as fast in bf16). The rates were measured in bf16, so the run is at least
-    as fast as planned."""
+    bf16 autocast costs a fixed cast per layer and step, which small networks at small batches do not earn
+    back (``devices.bf16_pays``: batch x widest layer^2 under 8.4 M ran 0.54-0.95x as fast in bf16). The probe
+    timed such batches in fp32 too (``update_probe.at_batch``, schema 4), so the planned rates are the run's."""
     from spreeze_like.devices import BF16_MIN_WORK, bf16_pays
 
     if user or plan.value("precision") != "bf16":
@@ -269,8 +269,8 @@ def _small_update_precision(plan: Plan, config: Any, choose: Any, user: bool) ->
     if bf16_pays(batch, widest):
         return
     choose("precision", "fp32", f"batch {batch} x widest layer {widest}^2 = {batch * widest * widest:,} is under "
-           f"{BF16_MIN_WORK:,}: bf16 autocast costs more than it saves at this size (the update rates below were "
-           "measured in bf16; fp32 runs them faster)")
+           f"{BF16_MIN_WORK:,}: bf16 autocast costs more than it saves at this size (the probe timed this batch in "
+           "fp32 too)")
 
 
 def _plan_memory(plan: Plan, probes: ProbeResults, config: Any, choose: Any, samplers: int, serial: bool) -> None:

@@ -23,7 +23,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 3  # 2: curves record their precision; 3: env rates hold the multi-process sampler curve (parallel).
+SCHEMA_VERSION = 4  # 2: curves record their precision; 3: env rates hold the multi-process sampler curve (parallel);
+# 4: a bf16 curve times each batch in the arithmetic the size rule gives it (fp32 below devices.BF16_MIN_WORK).
 # Bump when a field changes meaning or a probe is added; older cached files are then re-probed.
 
 
@@ -125,6 +126,9 @@ class UpdatePoint:
     critic: Rate  # critic updates/s: replay sample + host-to-device + algos critic step
     actor: Rate  # actor updates/s, the same loop for the actor half
     peak_memory: int = 0  # bytes of device memory at the peak (CUDA only; 0 on the CPU)
+    # the learners' arithmetic at this batch: the curve's, except fp32 where bf16 would not pay at this size
+    # (devices.bf16_pays, as a run's --precision auto decides); "" in recordings before schema 4
+    precision: str = ""
 
     @property
     def critic_frames(self) -> float:

@@ -20,6 +20,7 @@ Batch sizes double from 256. The doubling stops at the first of:
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from collections.abc import Callable
 
@@ -92,7 +93,18 @@ def _measure_point(spec: AlgoSpec, device: str, batch_size: int, budget_s: float
     del critic, actor  # free the device memory before the next (twice as large) point
     if cuda:
         torch.cuda.empty_cache()
-    return UpdatePoint(batch_size, critic_rate, actor_rate, peak)
+    return UpdatePoint(batch_size, critic_rate, actor_rate, peak, spec.precision)
+
+
+def at_batch(spec: AlgoSpec, batch_size: int) -> AlgoSpec:
+    """``spec`` in the arithmetic a run's ``--precision auto`` gives this batch: a bf16 curve (a CPU with native
+    bf16) runs the batches too small for bf16 to pay in fp32, so each point's rate is the rate a run gets."""
+    from spreeze_like.devices import bf16_pays
+
+    widest = max((*spec.hidden_sizes, *spec.critic_widths), default=1)
+    if spec.precision == "bf16" and not bf16_pays(batch_size, widest):
+        return dataclasses.replace(spec, precision="fp32")
+    return spec
 
 
 def _point_cost_s(point: UpdatePoint) -> float:
@@ -149,14 +161,14 @@ def probe_updates(
         if prev is not None:
             point_budget = min(max(point_budget, 2.0 * _point_cost_s(prev)), max(left, 0.0))
         try:
-            point = _measure_point(spec, device, batch_size, point_budget, replay)
+            point = _measure_point(at_batch(spec, batch_size), device, batch_size, point_budget, replay)
         except torch.cuda.OutOfMemoryError:
             torch.cuda.empty_cache()
             curve.stop_reason = f"memory: out of memory on {device} at batch {batch_size}"
             break
         curve.points.append(point)
         mem = f", peak {point.peak_memory / 2**20:,.0f} MiB" if point.peak_memory else ""
-        progress(f"updates on {device} ({threads} thread{'s' if threads > 1 else ''}, {spec.precision}) batch {batch_size}: "
+        progress(f"updates on {device} ({threads} thread{'s' if threads > 1 else ''}, {point.precision}) batch {batch_size}: "
                  f"critic {point.critic.text(digits=1)}, actor {point.actor.text(digits=1)}, "
                  f"{point.critic_frames:,.0f} critic frames/s{mem}")
         if prev is not None and batch_size > FLAT_FROM and point.critic_frames < FLAT_GAIN * prev.critic_frames:

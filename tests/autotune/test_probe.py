@@ -211,3 +211,21 @@ def test_autotune_reprobe_flag_reaches_the_cache(fake_probe):
     assert len(fake_probe) == 2  # --reprobe measured again
     assert tuned.batch_size == plan.value("batch_size") and any("autotune plan" in ln for ln in lines)
 
+
+
+def test_a_bf16_curve_times_each_batch_in_the_arithmetic_a_run_gives_it():
+    """--precision auto runs a small update in fp32 (devices.bf16_pays); the probe's point at that batch must
+    be the rate of that arithmetic, not of bf16, or the plan would expect rates no run gets."""
+    import dataclasses
+
+    from spreeze_like.algos.spec import AlgoSpec
+    from spreeze_like.autotune.update_probe import at_batch, probe_updates
+    from spreeze_like.devices import BF16_MIN_WORK
+
+    spec = AlgoSpec(algo="sac", obs_dim=3, act_dim=1, hidden_sizes=(64, 64), precision="bf16")
+    assert 256 * 64 * 64 < BF16_MIN_WORK <= 4096 * 64 * 64
+    assert at_batch(spec, 256).precision == "fp32" and at_batch(spec, 4096).precision == "bf16"
+    assert at_batch(dataclasses.replace(spec, critic_hidden_sizes=(512,)), 256).precision == "bf16"  # the widest
+    assert at_batch(dataclasses.replace(spec, precision="fp32"), 4096).precision == "fp32"
+    curve = probe_updates(spec, "cpu", 1, budget_s=1.5, progress=lambda line: None, max_batch=256)
+    assert curve.precision == "bf16" and [(p.batch_size, p.precision) for p in curve.points] == [(256, "fp32")]
