@@ -117,6 +117,8 @@ class SeedRun:
                 stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1", LAUNCHER_ENV: str(os.getpid())},
                 start_new_session=True,
             )
+        except OSError as exc:  # no memory or no process slots left: this command's failure, in one line
+            raise SpreezeError(f"cannot start seed {self.record.seed}'s run: {exc.strerror or exc}") from None
         finally:
             log.close()
         self.record.status, self.record.pid, self.record.exit_status = "running", self.proc.pid, None
