@@ -118,3 +118,36 @@ def test_a_goal_envs_success_rate_gets_a_row_of_its_own(tmp_path):
     with Image.open(out) as image:  # the success row: the lowest third of the picture
         image.crop((0, 820, 1200, 1200)).save(tmp_path / "success_row.png")
     assert _pixels_near(tmp_path / "success_row.png", BLUE) > 200
+
+
+def test_mean_draws_one_line_per_group_of_seeds_with_their_range_shaded(tmp_path):
+    """--mean: ours over three seeds is one group (one colour, C0), a peer's one seed another (C1); the band
+    is the seeds' range over the steps all of them reached."""
+    pytest.importorskip("matplotlib", reason="tools/plot_runs.py needs matplotlib (the [plot] or [test] extra)")
+    runs = []
+    for seed, lift in ((1, 0.0), (2, 40.0), (3, 80.0)):
+        run = tmp_path / f"ours-{seed}"
+        write_curves(run, {"system": "spreeze_like", "mode": "serial", "env": "TinyWalk-v0", "algo": "sac",
+                           "seed": seed},
+                     [CurvePoint("train", 0.1 * i, 5 * i, float(i) + lift) for i in range(1, 41)]
+                     + [CurvePoint("eval", 1.0 * i, 50 * i, float(i) + lift, 2) for i in range(1, 5)])
+        runs.append(str(run))
+    peer = tmp_path / "sb3-1"
+    write_curves(peer, {"system": "sb3", "env": "TinyWalk-v0", "algo": "sac", "seed": 1},
+                 [CurvePoint("eval", 1.0 * i, 50 * i, float(i), 2) for i in range(1, 5)])
+    out = tmp_path / "mean.png"
+    done = _plot(*runs, str(peer), "--mean", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert _pixels_near(out, BLUE) > 300 and _pixels_near(out, ORANGE) > 100
+    shade = tuple(round(255 - 0.2 * (255 - c)) for c in BLUE)  # C0 at alpha 0.2 over white
+    assert _pixels_near(out, shade, tolerance=12) > 2000  # the band between seed 1 and seed 3
+
+
+def test_band_is_the_mean_and_range_over_the_shared_steps():
+    sys.path.insert(0, str(ROOT / "tools"))
+    from plot_runs import band
+
+    x, mean, lo, hi = band([([0.0, 10.0], [0.0, 10.0]), ([0.0, 5.0, 20.0], [10.0, 10.0, 10.0])])
+    assert (x[0], x[-1]) == (0.0, 10.0)  # the range both cover
+    assert (mean[0], lo[0], hi[0]) == (5.0, 0.0, 10.0) and (mean[-1], lo[-1], hi[-1]) == (10.0, 10.0, 10.0)
+    assert band([([0.0, 1.0], [0.0, 0.0]), ([2.0, 3.0], [0.0, 0.0])]) is None  # no shared range
