@@ -103,8 +103,9 @@ def test_three_seeds_two_at_a_time_each_a_real_run_with_its_outcome(tmp_path):
 
 
 def test_ctrl_c_stops_every_run_in_order_and_resume_finishes_each_from_its_checkpoint(tmp_path):
-    proc, log = start(tmp_path / "runs", "--seeds", "4", "5", "6", "--jobs", "2", *TINY, "--total-steps", "100000",
-                      "--eval-every", "500")
+    # serial runs (one process each: the quicker test); the parallel mode's orderly stop is the next test's
+    proc, log = start(tmp_path / "runs", "--seeds", "4", "5", "6", "--jobs", "2", "--serial", *TINY,
+                      "--total-steps", "100000", "--eval-every", "500", "--checkpoint-every", "0")
     try:
         folder = folder_of(tmp_path / "runs")
         wait_for(lambda: evaluated(folder, [4, 5]), 180, "both first seeds evaluated")
