@@ -1,4 +1,4 @@
-"""Console lines for a person: a closed stdout (``| head`` or a pager quit) never ends a run.
+"""Console lines for a person: a closed stdout (``| head`` or a pager quit) or a full one never ends a run.
 
 A run's console lines (the header, the progress line, restarts, the final evaluation) are a view;
 TensorBoard, ``curves.csv``, ``evals.jsonl`` and the checkpoints are the record. When the reader of
@@ -25,10 +25,13 @@ from typing import TextIO
 
 from spreeze_like.errors import SpreezeError
 
-__all__ = ["CLOSED_NOTE", "exit_status", "flush_stdout", "say"]
+__all__ = ["CLOSED_NOTE", "UNWRITABLE_NOTE", "exit_status", "flush_stdout", "say"]
 
 CLOSED_NOTE = ("[spreeze] stdout is closed (the reader of the pipe quit): console lines from here on are dropped; "
                "TensorBoard and the run folder keep the record")
+# stdout is a file that cannot take more (``> log.txt`` on a full disk, the seeds command's console.log): the same
+UNWRITABLE_NOTE = ("[spreeze] cannot write console lines to stdout ({why}): they are dropped from here on; "
+                   "TensorBoard and the run folder keep the record")
 
 _noted = False
 
@@ -40,6 +43,8 @@ def say(line: str, file: TextIO | None = None) -> None:
         print(line, file=stream, flush=True)
     except BrokenPipeError:
         _detach(stream)
+    except OSError as exc:  # a full disk (ENOSPC), an I/O error: a console line is never worth the run
+        _detach(stream, UNWRITABLE_NOTE.format(why=exc.strerror or exc))
 
 
 def exit_status(body: Callable[[], int], interrupted: str = "interrupted") -> int:
@@ -86,9 +91,13 @@ def flush_stdout() -> None:
         sys.stdout.flush()
     except BrokenPipeError:
         _detach(sys.stdout)
+    except OSError as exc:
+        _detach(sys.stdout, UNWRITABLE_NOTE.format(why=exc.strerror or exc))
 
 
-def _detach(stream: TextIO) -> None:
+def _detach(stream: TextIO, note: str = CLOSED_NOTE) -> None:
+    """Point ``stream``'s descriptor at /dev/null (what is buffered goes there too, so the flush at exit
+    succeeds) and say ``note`` once on stderr."""
     global _noted
     try:
         fd = stream.fileno()
@@ -102,6 +111,6 @@ def _detach(stream: TextIO) -> None:
     if not _noted and stream is not sys.stderr:
         _noted = True
         try:
-            print(CLOSED_NOTE, file=sys.stderr, flush=True)
+            print(note, file=sys.stderr, flush=True)
         except (BrokenPipeError, OSError):  # stderr went with it (2>&1 | head): nothing left to tell
             pass

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from spreeze_like.console import CLOSED_NOTE
+from spreeze_like.console import CLOSED_NOTE, UNWRITABLE_NOTE
 
 from parallel.helpers import TINY_ARGS, assert_nothing_left, cli_env, only_run_dir
 
@@ -61,6 +61,24 @@ def test_parallel_run_goes_on_when_stdout_is_closed(tmp_path):
     status_json = json.loads((run_dir / "status.json").read_text())
     assert status_json["roles"]["monitor"]["restarts"] == 0  # it printed on into the closed pipe without dying
     assert_nothing_left(run_dir)
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="needs /dev/full (Linux), a file that is always full")
+@pytest.mark.parametrize("mode", [TINY_SERIAL, TINY_ARGS], ids=["serial", "parallel"])
+def test_a_run_goes_on_when_stdout_is_a_full_disk(tmp_path, mode):
+    """``> log.txt`` on a full disk (or the seeds command's console.log there): before, the first line raised
+    OSError (ENOSPC) and the run ended with a traceback and exit 1."""
+    with open("/dev/full", "w") as full:
+        proc = subprocess.run([sys.executable, "-m", "spreeze_like.run", *mode, "--total-steps", "800",
+                               "--log-interval", "0.2", "--logdir", str(tmp_path)], stdout=full,
+                              stderr=subprocess.PIPE, text=True, env=cli_env(), timeout=240, check=False)
+    note = UNWRITABLE_NOTE.format(why="No space left on device")
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr and note in proc.stderr, proc.stderr
+    run_dir = only_run_dir(tmp_path)
+    assert (run_dir / "checkpoints" / "ckpt_0000000800.pt").is_file()
+    if "--serial" not in mode:
+        assert json.loads((run_dir / "status.json").read_text())["roles"]["monitor"]["restarts"] == 0
+        assert_nothing_left(run_dir)
 
 
 def test_list_presets_into_a_closed_pipe_is_quiet():
