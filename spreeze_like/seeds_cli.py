@@ -50,7 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--seeds", nargs="+", metavar="S", help="the seeds: numbers and ranges, e.g. 1-5 or 1 2 7")
     parser.add_argument("--jobs", default="auto", metavar="N",
                         help="seeds run at once; auto = this machine's usable cores over the busy processes of one run "
-                             "(1 for --serial; samplers + 2 learners otherwise), 1 with --autotune (default: auto)")
+                             "(1 for --serial; samplers + 2 learners otherwise), as far as their replays fit in 80%% "
+                             "of the free memory (/dev/shm for parallel runs); 1 with --autotune (default: auto)")
     parser.add_argument("--logdir", default="runs", metavar="DIR",
                         help="folder that receives the seeds folder (default: runs)")
     parser.add_argument("--resume", default="", metavar="FOLDER",
@@ -102,10 +103,10 @@ def parse_seeds_command(argv: list[str]) -> SeedsCommand:
     seeds = parse_seed_list(ns.seeds)
     if not seeds:
         raise ConfigError("--seeds names no seed; give numbers and ranges such as --seeds 1-5")
-    config = checked_run_config(run_args)
+    config, dims = checked_run_config_and_dims(run_args)
     command = SeedsCommand(seeds, jobs, ns.logdir, "", ns.progress_every, run_args, config,
                            typed_env=_typed_env(run_args))
-    command.jobs, command.jobs_reason = _jobs(jobs, config, len(seeds))
+    command.jobs, command.jobs_reason = _jobs(jobs, config, len(seeds), replay_bytes(config, *dims))
     return command
 
 
@@ -152,20 +153,51 @@ def run_config(run_args: list[str]) -> TrainConfig:
     return config.resolve()
 
 
-def check_env(config: TrainConfig) -> None:
-    """Make the env and take a step (with --her-goals: relabel), once here rather than failing in every seed."""
+def check_env(config: TrainConfig) -> tuple[int, int]:
+    """Make the env and take a step (with --her-goals: relabel), once here rather than failing in every seed;
+    returns its (obs_dim, act_dim)."""
     from spreeze_like.roles.her import checked_env_info
 
-    checked_env_info(config.env, config.env_kwargs, config.her_goals)
+    info = checked_env_info(config.env, config.env_kwargs, config.her_goals)
+    return info.obs_dim, info.act_dim
 
 
 def checked_run_config(run_args: list[str]) -> TrainConfig:
+    return checked_run_config_and_dims(run_args)[0]
+
+
+def checked_run_config_and_dims(run_args: list[str]) -> tuple[TrainConfig, tuple[int, int]]:
     config = run_config(run_args)
-    check_env(config)
-    return config
+    return config, check_env(config)
 
 
-def _jobs(jobs: int | None, config: TrainConfig, n_seeds: int) -> tuple[int, str]:
+def replay_bytes(config: TrainConfig, obs_dim: int, act_dim: int) -> float:
+    """What one run's replay takes: shared memory in the parallel mode, the process's memory in the serial one."""
+    from spreeze_like.autotune.plan import replay_row_bytes
+
+    return config.buffer_size * replay_row_bytes(obs_dim, act_dim, config.prioritized)
+
+
+def memory_free(serial: bool) -> tuple[float, str]:
+    """(bytes, where) a run's replay comes from: available memory, and /dev/shm's free space for a parallel run."""
+    import psutil
+
+    from spreeze_like.ipc.segment import shm_free_bytes
+
+    available = float(psutil.virtual_memory().available)
+    if serial:
+        return available, "available memory"
+    try:
+        shm = float(shm_free_bytes()[0])
+    except OSError:
+        return available, "available memory"
+    return min(available, shm), "/dev/shm" if shm < available else "available memory"
+
+
+MEMORY_SHARE = 0.8  # of the free memory the seeds' replays may plan to take together
+
+
+def _jobs(jobs: int | None, config: TrainConfig, n_seeds: int, replay: float = 0.0) -> tuple[int, str]:
     """How many seeds run at once, and why (for the header)."""
     busy = 1 if config.serial else config.samplers + 2
     if config.autotune:
@@ -177,4 +209,12 @@ def _jobs(jobs: int | None, config: TrainConfig, n_seeds: int) -> tuple[int, str
     if jobs is not None:
         return jobs, "--jobs"
     cores = usable_cores()
-    return max(1, min(n_seeds, cores // busy)), f"{cores} usable cores, {busy} busy process{'es' if busy > 1 else ''} per run"
+    by_cores = max(1, min(n_seeds, cores // busy))
+    reason = f"{cores} usable cores, {busy} busy process{'es' if busy > 1 else ''} per run"
+    if replay > 0:
+        free, where = memory_free(config.serial)
+        by_memory = int(MEMORY_SHARE * free // replay)
+        if by_memory < by_cores:
+            return max(1, by_memory), (f"{reason}; each run's replay ({replay / 2**30:.2f} GiB, --buffer-size "
+                                       f"{config.buffer_size:,}) leaves room for {by_memory} in {where}")
+    return by_cores, reason

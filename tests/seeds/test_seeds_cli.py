@@ -178,3 +178,16 @@ def test_a_seed_whose_run_reached_its_last_step_unseen_is_done_without_a_run(cap
     assert "seed 1 done: final evaluation -123.2 after 1,000 env steps, 10 s" in out and "started" not in out
     saved = json.loads((tmp_path / "seeds__x" / seeds.RECORD_FILE).read_text())["seeds"][0]
     assert (saved["status"], saved["final_return"], saved["wall_s"]) == ("done", -123.25, 9.5)
+
+
+def test_jobs_auto_also_fits_the_runs_replays_into_free_memory(monkeypatch, capsys):
+    """Eight cores for eight serial seeds, but room for the replays of three (each 1,000,000 Pendulum rows)."""
+    from spreeze_like.autotune.plan import replay_row_bytes
+
+    monkeypatch.setattr("spreeze_like.seeds_cli.usable_cores", lambda: 8)
+    replay = 1_000_000 * replay_row_bytes(3, 1, False)
+    monkeypatch.setattr("spreeze_like.seeds_cli.memory_free", lambda serial: (3.9 * replay, "available memory"))
+    command = parse_seeds_command(["--seeds", "1-8", "--serial", "--buffer-size", "1000000"])
+    assert command.jobs == 3 and "leaves room for 3 in available memory" in command.jobs_reason
+    monkeypatch.setattr("spreeze_like.seeds_cli.memory_free", lambda serial: (0.1 * replay, "/dev/shm"))
+    assert parse_seeds_command(["--seeds", "1-8", "--buffer-size", "1000000"]).jobs == 1  # never fewer than one
