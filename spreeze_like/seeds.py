@@ -144,9 +144,10 @@ class Seeds:
         todo = [s for s in self.seeds if not s.finished]
         done = len(self.seeds) - len(todo)
         reason = f" ({self.command.jobs_reason})" if self.command.jobs_reason else ""
+        already = f"; {done} already done" if done else ""
         self.say(f"[seeds] {len(self.seeds)} seeds ({_seed_list(self.seeds)}) of {self.record['algo']} on "
-                 f"{self.record['env']}, {self.jobs} at a time{reason}{f'; {done} already done' if done else ''}; folder "
-                 f"{self.folder}   (tensorboard --logdir {self.folder})")
+                 f"{self.record['env']}, {self.jobs} at a time{reason}{already}; folder {self.folder}   "
+                 f"(tensorboard --logdir {self.folder})")
         self.save()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
@@ -216,8 +217,8 @@ class Seeds:
         args = resume_args(record, self.folder, self.command.override_args)
         if args is None:
             if record.run_dir:
-                self.say(f"[seeds] seed {record.seed}: {self.folder / record.run_dir} has no checkpoint to continue from; "
-                         "starting the seed again in a new run folder (the old one is left as it is)")
+                self.say(f"[seeds] seed {record.seed}: {self.folder / record.run_dir} has no checkpoint to continue "
+                         "from; starting the seed again in a new run folder (the old one is left as it is)")
             record.run_dir = None
             args = [*self.command.run_args, "--seed", str(record.seed), "--logdir",
                     str(self.folder / f"seed_{record.seed}")]

@@ -123,7 +123,8 @@ def test_ctrl_c_stops_every_run_in_order_and_resume_finishes_each_from_its_check
         checkpoints = list_checkpoints(folder / s["run_dir"])
         assert checkpoints, s
         steps.append(checkpoint_step(checkpoints[-1]))
-    assert f"continue them (each from its newest checkpoint) with python -m spreeze_like.seeds --resume {folder}" in text
+    assert ("continue them (each from its newest checkpoint) with python -m spreeze_like.seeds --resume "
+            f"{folder}") in text
     total = str(max(steps) + 300)  # the resume takes a smaller budget: a run typed flag overrides every seed's
     proc, log = start(tmp_path / "again", "--resume", str(folder), "--total-steps", total)
     text = finish(proc, log)
