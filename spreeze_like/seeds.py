@@ -9,8 +9,9 @@ and goes to every run unchanged; it is checked once, before anything starts.
 
 The folder ``<logdir>/seeds__<env>__<algo>__<unixtime>/`` holds ``seeds.json`` (the command, each
 seed's status, run folder and outcome: rewritten atomically at each change), and per seed
-``seed_S/console.log`` and the run folder ``seed_S/<env>__<algo>__S__<time>/``;
-``tensorboard --logdir <folder>`` shows every seed, ``python tools/plot_runs.py`` draws them.
+``seed_S/console.log`` and the run folder ``seed_S/<env>__<algo>__S__<time>/``; at the end its
+``summary`` holds the statistics above. ``tensorboard --logdir <folder>`` shows every seed,
+``python tools/plot_runs.py <folder>/seed_*/*__* --mean -o seeds.png`` draws their mean and range.
 
 Stops: Ctrl-C or SIGTERM starts no further seed and is passed on once to every running seed, which
 stops in order as a single run does (checkpoint, then exit); a second one forces, as for a run.
@@ -31,6 +32,7 @@ the whole machine for one run, and concurrent probes would measure each other).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import signal
 import sys
@@ -52,7 +54,7 @@ from spreeze_like.seed_runs import (
     resume_args,
 )
 from spreeze_like.seeds_cli import SeedsCommand, checked_run_config, parse_seeds_command, run_config
-from spreeze_like.seeds_summary import exit_code, summary_lines
+from spreeze_like.seeds_summary import exit_code, seed_stats, summary_lines
 from spreeze_like.write_guard import WriteGuard
 
 RECORD_FILE = "seeds.json"
@@ -158,6 +160,8 @@ class Seeds:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+        stats = seed_stats(self.seeds)
+        self.record["summary"] = None if stats is None else dataclasses.asdict(stats)  # for scripts: no parsing
         self.save()
         for line in summary_lines(self.seeds, self.folder, self.stop_signal is not None):
             self.say(line)

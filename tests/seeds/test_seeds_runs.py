@@ -15,6 +15,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from spreeze_like.checkpoint import checkpoint_step, list_checkpoints
 from spreeze_like.curves import read_curves
 from spreeze_like.errors import SpreezeError
@@ -100,6 +102,10 @@ def test_three_seeds_two_at_a_time_each_a_real_run_with_its_outcome(tmp_path):
         most = max(most, running)
     assert most == 2, spans
     assert "final evaluation over 3 seeds: mean " in text and f"seeds folder: {folder}" in text
+    finals = [s["final_return"] for s in rec["seeds"]]
+    summary = rec["summary"]
+    assert summary["n"] == 3 and summary["mean"] == pytest.approx(sum(finals) / 3)
+    assert summary["low"][1] == min(finals) and summary["high"][1] == max(finals)
 
 
 def test_ctrl_c_stops_every_run_in_order_and_resume_finishes_each_from_its_checkpoint(tmp_path):
