@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from spreeze_like.checkpoint import checkpoint_step, list_checkpoints
-from spreeze_like.curves import read_curves
+from spreeze_like.curves import Curves, read_curves
 from spreeze_like.errors import SpreezeError
 from spreeze_like.ipc.lifetime import LAUNCHER_ENV
 
@@ -125,8 +125,9 @@ class SeedRun:
         self.record.started.append(time.time())
 
     def find_run_dir(self) -> Path | None:
-        """The run folder this session works in: the one it was resumed from, or the one it made."""
-        if self.record.run_dir and "--resume" in self.run_args:
+        """The run folder this session works in: the one it was resumed from, or the one it made (looked for
+        until found; a fresh start clears ``record.run_dir`` first)."""
+        if self.record.run_dir:
             return self.folder / self.record.run_dir
         made = [p for p in run_folders(self.dir) if p not in self._known]
         if made:
@@ -194,14 +195,21 @@ def describe_exit(code: int) -> str:
     return f"exit status {code}"
 
 
+def _curves(run_dir: Path | None) -> Curves | None:
+    """The run folder's curves, or None (no folder yet, no curves.csv yet, unreadable)."""
+    if run_dir is None:
+        return None
+    try:
+        return read_curves(run_dir)
+    except (OSError, SpreezeError):
+        return None
+
+
 def read_outcome(record: SeedRecord, run_dir: Path | None) -> None:
     """Fill in the final evaluation, env steps and wall time from the run folder's curves (None where absent)."""
     record.final_return = record.env_steps = record.wall_s = None
-    if run_dir is None:
-        return
-    try:
-        curves = read_curves(run_dir)
-    except (OSError, SpreezeError):
+    curves = _curves(run_dir)
+    if curves is None:
         return
     if curves.eval:
         last = curves.eval[-1]
@@ -213,13 +221,10 @@ def read_outcome(record: SeedRecord, run_dir: Path | None) -> None:
 
 def latest_eval(run_dir: Path | None) -> tuple[int, float] | None:
     """(env step, mean return) of the run's newest evaluation so far, for the progress line."""
-    if run_dir is None:
+    curves = _curves(run_dir)
+    if curves is None or not curves.eval:
         return None
-    try:
-        evals = read_curves(run_dir).eval
-    except (OSError, SpreezeError):
-        return None
-    return (evals[-1].env_steps, evals[-1].episode_return) if evals else None
+    return curves.eval[-1].env_steps, curves.eval[-1].episode_return
 
 
 def resume_args(record: SeedRecord, folder: Path, overrides: list[str]) -> list[str] | None:

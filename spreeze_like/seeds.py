@@ -26,7 +26,7 @@ there with that line (exit status 2), since every seed would meet it. The folder
 seeds process uses it (:class:`~spreeze_like.rundir.RunFolderLock`).
 
 Decisions: runs are not pinned to cores (two experiments started side by side would pin to the same
-ones; the kernel spreads them better); ``--autotune`` is accepted with one job only (its plan takes
+ones; unpinned, the kernel places them); ``--autotune`` is accepted with one job only (its plan takes
 the whole machine for one run, and concurrent probes would measure each other).
 """
 
@@ -118,7 +118,7 @@ def _reopen(command: SeedsCommand) -> tuple[Path, dict[str, Any]]:
         raise ConfigError(f"{what}: its env {env} imports the module before ':'; type --env {env} again to "
                           "continue it (a folder is data, and is not trusted to import code)")
     # flags typed now override the saved ones, in every seed (as run --resume takes them)
-    command.config = checked_run_config(saved_args + command.run_args)
+    command.config = checked_run_config(saved_args + command.run_args)[0]
     if command.run_args:
         record["run_args"] = saved_args + command.run_args
         for seed in record["seeds"]:  # a larger --total-steps continues the finished seeds too

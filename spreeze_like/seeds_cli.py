@@ -103,7 +103,7 @@ def parse_seeds_command(argv: list[str]) -> SeedsCommand:
     seeds = parse_seed_list(ns.seeds)
     if not seeds:
         raise ConfigError("--seeds names no seed; give numbers and ranges such as --seeds 1-5")
-    config, dims = checked_run_config_and_dims(run_args)
+    config, dims = checked_run_config(run_args)
     command = SeedsCommand(seeds, jobs, ns.logdir, "", ns.progress_every, run_args, config,
                            typed_env=_typed_env(run_args))
     command.jobs, command.jobs_reason = _jobs(jobs, config, len(seeds), replay_bytes(config, *dims))
@@ -162,11 +162,8 @@ def check_env(config: TrainConfig) -> tuple[int, int]:
     return info.obs_dim, info.act_dim
 
 
-def checked_run_config(run_args: list[str]) -> TrainConfig:
-    return checked_run_config_and_dims(run_args)[0]
-
-
-def checked_run_config_and_dims(run_args: list[str]) -> tuple[TrainConfig, tuple[int, int]]:
+def checked_run_config(run_args: list[str]) -> tuple[TrainConfig, tuple[int, int]]:
+    """:func:`run_config`, then :func:`check_env`: the config and the env's (obs_dim, act_dim)."""
     config = run_config(run_args)
     return config, check_env(config)
 
