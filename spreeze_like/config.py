@@ -44,7 +44,8 @@ ALGOS = ("sac", "td3", "ddpg", "crossq")
 DEFAULT_POLICY_DELAY = {"td3": 2, "crossq": 3}
 
 PRECISIONS = ("auto", "fp32", "bf16")
-LEARNER_STEPS = ("auto", "eager", "cuda-graph", "compiled-graph")  # algos/graphed.py
+LEARNER_STEPS = ("auto", "eager", "explicit", "cuda-graph", "compiled-graph")  # algos/graphed.py
+EXPLICIT_ALGOS = ("sac", "td3", "ddpg")  # those with an explicit_step (algos/explicit_grad.py); CrossQ has none
 DEVICE_REPLAY = ("auto", "on", "off")  # roles/batches.py
 # --n-step's bound: past a few dozen steps the off-policy bias of uncorrected n-step returns dominates, and each
 # truncated episode drops N - 1 of its steps (roles/nstep.py); 100 only catches a typo
@@ -192,8 +193,10 @@ class TrainConfig:
     )
     learner_step: str = _f(
         "auto", "how a learner runs its update: cuda-graph (captured once, replayed: no per-kernel launch cost), "
-        "compiled-graph (torch.compile'd, then captured: fewer kernels, tens of seconds to compile), eager; "
-        "auto = cuda-graph on a GPU learner, eager on the CPU", choices=LEARNER_STEPS,
+        "compiled-graph (torch.compile'd, then captured: fewer kernels, tens of seconds to compile), explicit (CPU, "
+        "fp32, SAC/TD3/DDPG: the backward pass written out by hand, no autograd graph; the same update), eager "
+        "(autograd); auto = cuda-graph on a GPU learner, explicit on a CPU one where it applies, else eager",
+        choices=LEARNER_STEPS,
     )
     device_replay: str = _f(
         "auto", "mirror the replay columns a learner reads on its device and gather batches there (no batch "
@@ -367,6 +370,11 @@ class TrainConfig:
                 d.startswith("cuda") for d in (actor_device, critic_device)):
             raise ConfigError(f"--learner-step {self.learner_step} needs both learners on CUDA (actor "
                               f"{actor_device}, critic {critic_device}); use --learner-step auto or eager")
+        if self.learner_step == "explicit" and (self.algo not in EXPLICIT_ALGOS or precision != "fp32" or not all(
+                d == "cpu" for d in (actor_device, critic_device))):
+            raise ConfigError(f"--learner-step explicit needs {', '.join(EXPLICIT_ALGOS).upper()} with both learners "
+                              f"on the CPU in fp32 (here: {self.algo}, {precision}, actor {actor_device}, critic "
+                              f"{critic_device}); use --learner-step auto or eager")
         if self.updates_per_graph > 1 and self.prioritized:
             raise ConfigError("--updates-per-graph above 1 draws every batch on the device; prioritized replay draws "
                               "on the host: use --updates-per-graph 1 with --prioritized")

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import copy
 import hashlib
+from collections.abc import Callable
+from functools import cached_property
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -35,6 +37,7 @@ import torch
 from torch import nn
 
 from spreeze_like.algos.crossq_critic import CrossQCritic, running_statistics
+from spreeze_like.algos.explicit_grad import Chain, q_chains, q_forward, q_regression_grads
 from spreeze_like.algos.networks import Critic, actor_class, get_flat, numel, params_of, set_flat, soft_update
 from spreeze_like.algos.optim import FusedAdam
 from spreeze_like.algos.spec import AlgoSpec
@@ -89,6 +92,7 @@ class _Part:
     """Bookkeeping shared by both halves: devices, generator, state dicts."""
 
     adam_betas: tuple[float, float] = (0.9, 0.999)  # of both halves' optimisers (CrossQ: beta1 0.5)
+    critic: nn.Module  # the critic half's own critic, or the actor half's copy of it
 
     def __init__(self, spec: AlgoSpec, device: str, role: str) -> None:
         self.spec = spec
@@ -116,6 +120,22 @@ class _Part:
         graph capture passes ``cache=False`` (the captured casts re-run on every replay).
         """
         return torch.autocast(self.device.type, dtype=torch.bfloat16, enabled=self.bf16, cache_enabled=cache)
+
+    # The update with its gradients written out by hand (algos/explicit_grad.py), where the algorithm has one:
+    # a method ``explicit_step(batch)`` returning what ``step`` returns.
+    explicit_step: Any = None
+
+    def explicit_ok(self) -> bool:
+        """Whether ``explicit_step`` can replace ``step`` here: the algorithm has one, on the CPU, in fp32, with
+        the stacked :class:`~spreeze_like.algos.networks.Critic` whose layers the chains read (a benchmark may
+        build another)."""
+        return (self.explicit_step is not None and self.device.type == "cpu" and not self.bf16
+                and isinstance(self.critic, Critic))
+
+    @cached_property
+    def explicit_critic(self) -> list[Chain]:
+        """This half's critic (the critic half's own, the actor half's copy) as one chain per Q network."""
+        return q_chains(self.critic)
 
     def step_variant(self) -> int:
         """Which host-side branch the next ``step`` takes (one CUDA graph per value; see algos/graphed.py)."""
@@ -200,6 +220,15 @@ class CriticPart(_Part):
         """One critic update. Returns (per-sample |TD error| ``[B]``, scalar metric tensors)."""
         raise NotImplementedError
 
+    def explicit_target_q(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """``critic_target(obs, action)`` ``[n_q, B]`` through chains (the same ops without the module's
+        per-network slicing): what an ``explicit_step`` hands its ``q_target``."""
+        return q_forward(self.explicit_target, obs, action)[0]
+
+    @cached_property
+    def explicit_target(self) -> list[Chain]:
+        return q_chains(self.critic_target)
+
     def extra_critic_state(self) -> list[torch.Tensor]:
         """Scalars appended to the critic vector (SAC: log_alpha)."""
         return []
@@ -250,6 +279,23 @@ class TargetActorCriticPart(CriticPart):
         if self.updates % self.spec.policy_delay == 0:
             soft_update(self.actor_target_params, self.actor_params, self.spec.tau)
             soft_update(self.critic_target_params, self.critic_params, self.spec.tau)
+
+    def q_target(self, b: Batch, critic_target: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:
+        """The Q target ``[B]`` of the batch (the algorithm's, computed without grad), with the target
+        critic's values from ``critic_target`` (default: the module)."""
+        raise NotImplementedError
+
+    @torch.no_grad()
+    def explicit_step(self, b: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The subclass's ``step`` (a regression of every Q network on :meth:`q_target`) with its
+        gradients written out (``explicit_grad.py``): the same update on the CPU."""
+        next_q_value = self.q_target(b, self.explicit_target_q)
+        chains = self.explicit_critic
+        qf_a_values, acts = q_forward(chains, b.obs, b.action)
+        qf_losses = q_regression_grads(chains, acts, qf_a_values, next_q_value, b.weights)
+        self.q_optimizer.step()
+        self.update_targets()
+        return q_report(qf_a_values, next_q_value, qf_losses)
 
 
 class ActorPart(_Part):

@@ -71,6 +71,7 @@ class CrossQCritic(SACCritic):
 
     has_critic_target = False
     adam_betas = CROSSQ_BETAS
+    explicit_step = None  # batch renormalisation has no hand-written backward: autograd's step everywhere
 
     def __init__(self, spec: AlgoSpec, device: str) -> None:
         super().__init__(spec, device)
@@ -123,6 +124,7 @@ class CrossQActor(SACActor):
     """SAC's squashed-Gaussian policy, trained against an eval-mode copy of the CrossQ critic."""
 
     adam_betas = CROSSQ_BETAS
+    explicit_step = None  # SAC's reads a stacked critic's chains; this copy is batch-renormalised
 
     def __init__(self, spec: AlgoSpec, device: str) -> None:
         super().__init__(spec, device)

@@ -7,19 +7,25 @@ default every update) because only the Q target uses it.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from spreeze_like.algos.base import ActorPart, Batch, TargetActorCriticPart, q_report, weighted_mse
+from spreeze_like.algos.td3 import TD3Actor
 
 
 class DDPGCritic(TargetActorCriticPart):
-    def step(self, b: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        s = self.spec
-        with torch.no_grad():
-            next_state_actions = self.actor_target(b.next_obs)
-            qf1_next_target = self.critic_target(b.next_obs, next_state_actions)[0]
-            next_q_value = b.reward + (1.0 - b.terminated) * s.bootstrap_gamma * qf1_next_target
+    @torch.no_grad()
+    def q_target(self, b: Batch, critic_target: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:
+        """The Q target ``[B]``: the target Q of the target policy's action."""
+        critic_target = critic_target or self.critic_target
+        next_state_actions = self.actor_target(b.next_obs)
+        qf1_next_target = critic_target(b.next_obs, next_state_actions)[0]
+        return b.reward + (1.0 - b.terminated) * self.spec.bootstrap_gamma * qf1_next_target
 
+    def step(self, b: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        next_q_value = self.q_target(b)
         qf1_a_values = self.critic(b.obs, b.action)  # [1, B]
         qf1_loss = weighted_mse(qf1_a_values, next_q_value, b.weights)  # [1]
         self.q_optimizer.zero_grad(set_to_none=True)
@@ -38,3 +44,7 @@ class DDPGActor(ActorPart):
         self.actor_optimizer.step()
         self.updates += 1
         return {"actor_loss": actor_loss.detach()}
+
+    # TD3's, by hand: its loss is this one (its Q1 is DDPG's one Q network)
+    explicit_step = TD3Actor.explicit_step
+    explicit_policy = TD3Actor.explicit_policy

@@ -4,7 +4,10 @@ A :class:`StepRunner` owns the *static batch*: fixed tensors on the learner's de
 learner fills before every update (gathered from the device replay mirror, or copied from a host
 batch). ``run()`` then performs one update of the half on that batch:
 
-* ``eager``: calls the half's ``step`` (the CPU path, unchanged: bf16 autocast where the CPU has it);
+* ``eager``: calls the half's ``step`` (bf16 autocast where the CPU has it);
+* ``explicit``: calls the half's ``explicit_step``, its update with the backward pass written out by hand
+  (the CPU's default in fp32 for SAC, TD3 and DDPG; ``explicit_grad.py``). The runner runs it as it
+  runs ``eager``: the role hands it the half's ``explicit_step`` instead of ``step``;
 * ``compiled-graph``: as ``cuda-graph``, with the step first compiled by ``torch.compile`` (inductor,
   default mode: fused elementwise kernels; the optimiser step, the generator's draws and
   ``backward()`` stay graph breaks), then captured in our graph: fewer kernels per replay, at the cost
@@ -60,22 +63,29 @@ from spreeze_like.algos.base import Batch
 from spreeze_like.errors import ConfigError
 from spreeze_like.replay.device_replay import column_view, packed_layout
 
-STEP_MODES = ("auto", "eager", "cuda-graph", "compiled-graph")
+STEP_MODES = ("auto", "eager", "explicit", "cuda-graph", "compiled-graph")
 _STAY = contextlib.nullcontext()  # reusable: entering it does nothing
 GRAPH_MODES = ("cuda-graph", "compiled-graph")
 CRITIC_INPUTS = ("obs", "action", "reward", "next_obs", "terminated")
 ACTOR_INPUTS = ("obs",)  # every actor loss here reads observations only
 
 
-def resolve_step_mode(mode: str, device: str | torch.device) -> str:
-    """``auto`` -> ``cuda-graph`` on a CUDA device, else ``eager``; ``cuda-graph`` off CUDA is an error."""
+def resolve_step_mode(mode: str, device: str | torch.device, explicit_ok: bool = False) -> str:
+    """``auto`` -> ``cuda-graph`` on a CUDA device; on the CPU ``explicit`` where the half can take it
+    (``explicit_ok``: ``part.explicit_ok()``, see algos/explicit_grad.py), else ``eager``. A mode the
+    device or the half cannot run is a ConfigError."""
     kind = torch.device(device).type
     if mode == "auto":
-        return "cuda-graph" if kind == "cuda" else "eager"
+        if kind == "cuda":
+            return "cuda-graph"
+        return "explicit" if explicit_ok else "eager"
     if mode not in STEP_MODES:
         raise ConfigError(f"--learner-step {mode!r}: use one of {', '.join(STEP_MODES)}")
     if mode in GRAPH_MODES and kind != "cuda":
         raise ConfigError(f"--learner-step {mode} needs a CUDA learner device, not {device}; use auto or eager")
+    if mode == "explicit" and not explicit_ok:
+        raise ConfigError(f"--learner-step explicit needs SAC, TD3 or DDPG on a CPU learner in fp32 (this one: "
+                          f"{device}); use auto or eager")
     return mode
 
 
@@ -104,7 +114,7 @@ class StepRunner:
         fill: called with the runner before ``begin`` inside the captured region: device work that
             fills the static batch (a device replay mirror's uniform draw and gather), or None.
         generators: generators that ``fill`` draws from, registered with each graph like the half's.
-        mode: ``eager``, ``cuda-graph`` or ``compiled-graph`` (resolved; see :func:`resolve_step_mode`).
+        mode: ``eager``, ``explicit``, ``cuda-graph`` or ``compiled-graph`` (resolved; see :func:`resolve_step_mode`).
         warmup: eager updates per variant before its capture.
         updates_per_replay: K updates run together when the K-th is due (see the module docstring);
             used only with ``fill`` (each update draws its own batch on the device), else 1.
@@ -245,7 +255,7 @@ class StepRunner:
         self._run_block()
 
     def _run_one(self, batch: Batch | None = None) -> Any:
-        if self.mode == "eager":
+        if self.mode not in GRAPH_MODES:  # eager, explicit: the step as it is
             return self.one_update(batch)
         if batch is not None:
             raise ValueError("graph mode reads the static batch: fill runner.inputs instead of passing a batch")

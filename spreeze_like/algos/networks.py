@@ -18,7 +18,7 @@ from torch import nn
 from spreeze_like.algos.spec import LOG_STD_MAX, LOG_STD_MIN
 
 _LOG_PROB_CONSTANT = 0.5 * math.log(2.0 * math.pi) + 2.0 * math.log(2.0)  # per action dim: Gaussian + tanh terms
-_LOG_STD_MID, _LOG_STD_HALF_RANGE = (LOG_STD_MAX + LOG_STD_MIN) / 2.0, (LOG_STD_MAX - LOG_STD_MIN) / 2.0
+LOG_STD_MID, LOG_STD_HALF_RANGE = (LOG_STD_MAX + LOG_STD_MIN) / 2.0, (LOG_STD_MAX - LOG_STD_MIN) / 2.0
 
 
 class FP32Linear(nn.Linear):
@@ -68,7 +68,7 @@ class SquashedGaussianActor(nn.Module):
     def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         h = F.relu(self.trunk(obs))
         # soft clamp into [LOG_STD_MIN, LOG_STD_MAX], as CleanRL does: MIN + (MAX - MIN) * (tanh + 1) / 2
-        log_std = torch.tanh(self.log_std(h)) * _LOG_STD_HALF_RANGE + _LOG_STD_MID
+        log_std = torch.tanh(self.log_std(h)) * LOG_STD_HALF_RANGE + LOG_STD_MID
         return self.mean(h), log_std
 
     def sample(self, obs: torch.Tensor, generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
@@ -80,12 +80,8 @@ class SquashedGaussianActor(nn.Module):
         Written in that order because each op is a kernel of a GPU update (7 here against 12 for the
         two terms written apart); ``tests/trainer/test_algos.py`` checks it against torch.distributions.
         """
-        mean, log_std = self(obs)
-        eps = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
-        x = torch.addcmul(mean, log_std.exp(), eps)
-        per_dim = torch.addcmul(log_std, eps, eps, value=0.5).add(x + F.softplus(-2.0 * x), alpha=-2.0)
-        log_prob = (-mean.shape[-1] * _LOG_PROB_CONSTANT) - per_dim.sum(-1)
-        return torch.tanh(x), log_prob
+        pi, log_prob, _ = squashed_sample(*self(obs), generator)
+        return pi, log_prob
 
     def explore(self, obs: torch.Tensor, generator: torch.Generator | None, noise_std: float) -> torch.Tensor:
         """Sampling-time action: a draw from the policy (``noise_std`` is a TD3/DDPG knob, unused)."""
@@ -93,6 +89,17 @@ class SquashedGaussianActor(nn.Module):
 
     def act_deterministic(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self(obs)[0])
+
+
+def squashed_sample(mean: torch.Tensor, log_std: torch.Tensor,
+                    generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """:meth:`SquashedGaussianActor.sample` from the Gaussian's parameters: the action, its
+    log-probability and the standard normal draw ``eps`` (which a hand-written backward pass needs)."""
+    eps = torch.randn(mean.shape, generator=generator, device=mean.device, dtype=mean.dtype)
+    x = torch.addcmul(mean, log_std.exp(), eps)
+    per_dim = torch.addcmul(log_std, eps, eps, value=0.5).add(x + F.softplus(-2.0 * x), alpha=-2.0)
+    log_prob = (-mean.shape[-1] * _LOG_PROB_CONSTANT) - per_dim.sum(-1)
+    return torch.tanh(x), log_prob, eps
 
 
 class DeterministicActor(nn.Module):

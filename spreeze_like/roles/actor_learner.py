@@ -46,7 +46,7 @@ class ActorLearner(LearnerRole):
         batch_size: transitions per update.
         sync_period: updates between publishing the actor and refreshing the critic copy.
         max_nonfinite_steps: consecutive steps with NaN/inf gradients that end the run.
-        step_mode: ``auto``/``eager``/``cuda-graph`` (see ``algos/graphed.py``).
+        step_mode: ``auto``/``eager``/``explicit``/``cuda-graph`` (see ``algos/graphed.py``).
         device_replay: ``auto``/``on``/``off``: gather observations from a mirror on the device.
         updates_per_graph: updates run together from one graph when the last is due (uniform device replay
             only; ``algos/graphed.py``, "Blocks of updates").
@@ -76,11 +76,12 @@ class ActorLearner(LearnerRole):
         else:
             self.batches = HostBatches(replay, False)
         super().__init__(part, critic_source, actor_sink, stats, batch_size, sync_period, "actor-learner",
-                         max_nonfinite_steps, ACTOR_INPUTS, False, resolve_step_mode(step_mode, device),
+                         max_nonfinite_steps, ACTOR_INPUTS, False,
+                         resolve_step_mode(step_mode, device, part.explicit_ok()),
                          self.batches, updates_per_graph)
 
     def device_update(self, batch: Batch) -> None:
-        self.metrics.accumulate(self.part.step(batch), self.guard.count())
+        self.metrics.accumulate(self.part_step(batch), self.guard.count())
 
     def updates_due(self, critic_updates: int) -> int:
         """Actor updates owed after ``critic_updates`` critic updates (never negative)."""

@@ -48,7 +48,7 @@ class CriticLearner(LearnerRole):
         sync_period: updates between publishing the critic and refreshing the actor copy.
         prioritized: apply importance weights and write TD-error priorities.
         max_nonfinite_steps: consecutive steps with NaN/inf gradients that end the run.
-        step_mode: ``auto``/``eager``/``cuda-graph`` (see ``algos/graphed.py``).
+        step_mode: ``auto``/``eager``/``explicit``/``cuda-graph`` (see ``algos/graphed.py``).
         device_replay: ``auto``/``on``/``off``: gather batches from a mirror on the device (``roles/batches.py``).
         updates_per_graph: updates run together from one graph when the last is due (uniform device replay
             only; ``algos/graphed.py``, "Blocks of updates").
@@ -79,11 +79,12 @@ class CriticLearner(LearnerRole):
             self.batches = HostBatches(replay, prioritized)
         self.priorities = PendingPriorities(replay, part.device, batch_size) if prioritized else None
         super().__init__(part, actor_source, critic_sink, stats, batch_size, sync_period, "critic-learner",
-                         max_nonfinite_steps, CRITIC_INPUTS, prioritized, resolve_step_mode(step_mode, device),
+                         max_nonfinite_steps, CRITIC_INPUTS, prioritized,
+                         resolve_step_mode(step_mode, device, part.explicit_ok()),
                          self.batches, updates_per_graph)
 
     def device_update(self, batch: Batch) -> torch.Tensor:
-        td_errors, metrics = self.part.step(batch)
+        td_errors, metrics = self.part_step(batch)
         metrics["td_error"] = td_errors.mean()
         if batch.weights is not None:
             metrics["is_weight"] = batch.weights.mean()

@@ -52,16 +52,16 @@ class ScriptedReplay:
         self.priority_updates += 1
 
 
-def make(kind: str, algo: str = "sac", max_in_row: int = 5, prioritized: bool = False):
+def make(kind: str, algo: str = "sac", max_in_row: int = 5, prioritized: bool = False, step_mode: str = "auto"):
     spec = AlgoSpec(algo=algo, obs_dim=3, act_dim=2, hidden_sizes=(16, 16), policy_delay=1)
     stats = LocalStatsBlock(stats_schema(1))
     replay, board_a, board_c = ScriptedReplay(), LocalBoard(), LocalBoard()
     if kind == "critic":
         learner = CriticLearner(spec, "cpu", replay, board_a, board_c, stats.role("critic-learner"), 32,
-                                prioritized=prioritized, max_nonfinite_steps=max_in_row)
+                                prioritized=prioritized, max_nonfinite_steps=max_in_row, step_mode=step_mode)
     else:
         learner = ActorLearner(spec, "cpu", replay, board_c, board_a, stats.role("actor-learner"), 32,
-                               max_nonfinite_steps=max_in_row)
+                               max_nonfinite_steps=max_in_row, step_mode=step_mode)
     return learner, replay, stats.role(f"{kind}-learner")
 
 
@@ -92,10 +92,12 @@ def changed(before: dict, learner, ignore: tuple[str, ...] = ()) -> list[str]:
     return out
 
 
+@pytest.mark.parametrize("step_mode", ["explicit", "eager"])  # the CPU's default, and autograd's step
 @pytest.mark.parametrize("kind, algo, poison", [("critic", "sac", "reward"), ("critic", "td3", "obs"),
                                                 ("actor", "sac", "obs"), ("actor", "ddpg", "obs")])
-def test_a_non_finite_step_changes_no_parameter_and_no_optimiser_state(kind, algo, poison):
-    learner, replay, row = make(kind, algo, prioritized=kind == "critic")
+def test_a_non_finite_step_changes_no_parameter_and_no_optimiser_state(kind, algo, poison, step_mode):
+    learner, replay, row = make(kind, algo, prioritized=kind == "critic", step_mode=step_mode)
+    assert learner.part_step == getattr(learner.part, "explicit_step" if step_mode == "explicit" else "step")
     for _ in range(3):  # Adam has moments to protect
         learner.update()
     before = snapshot(learner)

@@ -1,0 +1,115 @@
+"""Per-update cost on the CPU: the autograd step against the explicit step (gradients written out by hand).
+
+    python tools/bench_explicit_grad.py                                   # SAC, TD3, DDPG at four sizes
+    python tools/bench_explicit_grad.py --algos sac --sizes 96x96@256     # one row
+    python tools/bench_explicit_grad.py --json out.json
+
+For each algorithm and size it builds two pairs of halves (critic, actor) from one seed, fp32, and times
+``step`` (autograd, what ``--learner-step eager`` runs) against ``explicit_step`` (what ``auto`` runs on a
+CPU now; algos/explicit_grad.py) in ``--rounds`` interleaved rounds, so a drift of the machine's load hits
+both sides. Each step is the half's whole update: Q target, losses, gradients, fused Adam, target update.
+After the timing the two sides, stepped on the same batches, hold the same parameters to float rounding:
+the largest relative difference is printed beside the times.
+
+One torch thread, as the learners run on a small machine. The load average is printed before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_precision import random_batch
+
+from spreeze_like.algos import make_actor_part, make_critic_part
+from spreeze_like.algos.base import AlgoSpec
+
+# (hidden, batch, obs_dim, act_dim): RLtools' Pendulum sizes, our Pendulum preset, SB3's, HalfCheetah's
+DEFAULT_SIZES = ("64x64@100:3:1", "96x96@256:3:1", "256x256@256:3:1", "256x256@256:17:6")
+
+
+def parse_size(text: str) -> tuple[tuple[int, ...], int, int, int]:
+    """``64x64@100`` (Pendulum's 3 obs and 1 action dims), or ``256x256@256:17:6`` (obs and action dims)."""
+    layers, _, rest = text.partition("@")
+    batch, *dims = rest.split(":")
+    obs_dim, act_dim = (int(d) for d in dims) if dims else (3, 1)
+    return tuple(int(w) for w in layers.split("x")), int(batch), obs_dim, act_dim
+
+
+def ms_per_step(step, batch, steps: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(steps):
+        step(batch)
+    return 1e3 * (time.perf_counter() - t0) / steps
+
+
+def largest_difference(a, b) -> float:
+    """The largest relative difference between the two halves' parameters (0: bitwise equal)."""
+    worst = 0.0
+    for name, module in a.modules.items():
+        for p, q in zip(module.parameters(), b.modules[name].parameters()):
+            worst = max(worst, ((p - q).abs().max() / p.abs().max().clamp_min(1e-12)).item())
+    return worst
+
+
+def measure(algo: str, size: str, steps: int, rounds: int) -> list[dict]:
+    hidden, n, obs_dim, act_dim = parse_size(size)
+    spec = AlgoSpec(algo=algo, obs_dim=obs_dim, act_dim=act_dim, hidden_sizes=hidden, precision="fp32",
+                    policy_delay=2 if algo == "td3" else 1)
+    batch = random_batch(n, obs_dim, act_dim, "cpu")
+    rows = []
+    for half, make in (("critic", make_critic_part), ("actor", make_actor_part)):
+        autograd, explicit = make(spec, "cpu"), make(spec, "cpu")
+        for _ in range(5):  # warm-up: the optimiser's state, the allocator, the chains' views
+            autograd.step(batch)
+            explicit.explicit_step(batch)
+        times: dict[str, list[float]] = {"autograd": [], "explicit": []}
+        for _ in range(rounds):
+            times["autograd"].append(ms_per_step(autograd.step, batch, steps))
+            times["explicit"].append(ms_per_step(explicit.explicit_step, batch, steps))
+        a_ms, e_ms = statistics.median(times["autograd"]), statistics.median(times["explicit"])
+        rows.append({"algo": algo, "half": half, "hidden": list(hidden), "batch": n, "obs_dim": obs_dim,
+                     "act_dim": act_dim, "autograd_ms": round(a_ms, 4), "explicit_ms": round(e_ms, 4),
+                     "explicit_over_autograd": round(e_ms / a_ms, 3),
+                     "max_rel_param_diff": largest_difference(autograd, explicit)})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--algos", nargs="+", default=["sac", "td3", "ddpg"], choices=["sac", "td3", "ddpg"])
+    parser.add_argument("--sizes", nargs="+", default=list(DEFAULT_SIZES),
+                        help="HIDDENxHIDDEN@BATCH[:OBS:ACT] (default: %(default)s)")
+    parser.add_argument("--steps", type=int, default=200, help="timed steps per round and side")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    load_before = os.getloadavg()[0]
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')}  load {load_before:.2f}  torch {torch.__version__}  one thread, fp32")
+    print(f"{'algo':5} {'half':6} {'hidden':>9} {'batch':>5} {'obs/act':>7} {'autograd ms':>11} {'explicit ms':>11} "
+          f"{'explicit/autograd':>17} {'param diff':>10}")
+    rows = []
+    for algo in args.algos:
+        for size in args.sizes:
+            for row in measure(algo, size, args.steps, args.rounds):
+                rows.append(row)
+                print(f"{algo:5} {row['half']:6} {'x'.join(map(str, row['hidden'])):>9} {row['batch']:>5} "
+                      f"{row['obs_dim']:>3}/{row['act_dim']:<3} {row['autograd_ms']:>11.3f} {row['explicit_ms']:>11.3f} "
+                      f"{row['explicit_over_autograd']:>17.2f} {row['max_rel_param_diff']:>10.1e}", flush=True)
+    load_after = os.getloadavg()[0]
+    print(f"# load {load_before:.2f} before, {load_after:.2f} after")
+    if args.json:
+        args.json.write_text(json.dumps({"load": [load_before, load_after], "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
