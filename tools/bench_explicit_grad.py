@@ -8,8 +8,10 @@ For each algorithm and size it builds two pairs of halves (critic, actor) from o
 ``step`` (autograd, what ``--learner-step eager`` runs) against ``explicit_step`` (what ``auto`` runs on a
 CPU now; algos/explicit_grad.py) in ``--rounds`` interleaved rounds, so a drift of the machine's load hits
 both sides. Each step is the half's whole update: Q target, losses, gradients, fused Adam, target update.
-After the timing the two sides, stepped on the same batches, hold the same parameters to float rounding:
-the largest relative difference is printed beside the times.
+After the five warm-up steps the two sides, stepped on the same batch, hold the same parameters to float
+rounding: the largest relative difference is printed beside the times. (Not after the timing: a thousand
+Adam steps on one batch drive the gradients toward zero, where Adam's normalised step turns rounding
+differences into whole steps of ``lr``, and the two copies drift apart as any two runs would.)
 
 One torch thread, as the learners run on a small machine. The load average is printed before and after.
 """
@@ -71,6 +73,7 @@ def measure(algo: str, size: str, steps: int, rounds: int) -> list[dict]:
         for _ in range(5):  # warm-up: the optimiser's state, the allocator, the chains' views
             autograd.step(batch)
             explicit.explicit_step(batch)
+        difference = largest_difference(autograd, explicit)
         times: dict[str, list[float]] = {"autograd": [], "explicit": []}
         for _ in range(rounds):
             times["autograd"].append(ms_per_step(autograd.step, batch, steps))
@@ -79,7 +82,7 @@ def measure(algo: str, size: str, steps: int, rounds: int) -> list[dict]:
         rows.append({"algo": algo, "half": half, "hidden": list(hidden), "batch": n, "obs_dim": obs_dim,
                      "act_dim": act_dim, "autograd_ms": round(a_ms, 4), "explicit_ms": round(e_ms, 4),
                      "explicit_over_autograd": round(e_ms / a_ms, 3),
-                     "max_rel_param_diff": largest_difference(autograd, explicit)})
+                     "max_rel_param_diff": difference})
     return rows
 
 
