@@ -188,7 +188,8 @@ class TrainConfig:
         "auto",
         "learner arithmetic: fp32; bf16 = bfloat16 autocast of the hidden layers (heads, weights and Adam stay "
         "fp32); auto = bf16 on a CPU learner when the CPU multiplies bf16 natively (avx512_bf16/AMX) and the update is "
-        "large enough to gain (batch x widest layer^2 >= 8.4 M, e.g. 256x256 at batch 128), else fp32",
+        "large enough to gain (batch x widest layer^2 >= 16.8 M for SAC/TD3/DDPG, whose fp32 update is the explicit step, "
+        "e.g. 256x256 at batch 256; >= 8.4 M for CrossQ), else fp32",
         choices=PRECISIONS,
     )
     learner_step: str = _f(
@@ -364,8 +365,12 @@ class TrainConfig:
 
         self.validate()
         actor_device, critic_device = resolve_devices(self.actor_device, self.critic_device)
-        precision = resolve_precision(self.precision, (actor_device, critic_device),
-                                      update=(self.batch_size, self.widest_hidden))
+        # fp32 here would run the explicit step (algos/explicit_grad.py), which moves where bf16 starts to pay;
+        # --learner-step explicit asks for fp32 outright
+        explicit = self.algo in EXPLICIT_ALGOS and self.learner_step in ("auto", "explicit")
+        precision = resolve_precision("fp32" if self.learner_step == "explicit" and self.precision == "auto"
+                                      else self.precision, (actor_device, critic_device),
+                                      update=(self.batch_size, self.widest_hidden), explicit=explicit)
         if self.learner_step in ("cuda-graph", "compiled-graph") and not all(
                 d.startswith("cuda") for d in (actor_device, critic_device)):
             raise ConfigError(f"--learner-step {self.learner_step} needs both learners on CUDA (actor "

@@ -106,21 +106,29 @@ def cpu_has_native_bf16() -> bool:
 # actor steps, batch x widest hidden width squared): 64@100 0.54-0.63, 96@256 0.68-0.70 (Pendulum-v1's preset),
 # 256@100 0.92-0.95, 256@128 1.09, 128@512 1.06, 192@256 1.04, 256@256 1.30-1.32, 128@1024 1.40-1.44.
 BF16_MIN_WORK = 2**23  # batch x width^2 from which bf16 is the faster (8.4 M: 256@128, 128@512)
+# Against the explicit fp32 step (algos/explicit_grad.py: SAC, TD3, DDPG), which takes 0.5-0.9x autograd's time,
+# bf16 (autograd's step under autocast) pays later. Measured on the same machine (2026-11-29, one run each; explicit
+# fp32 time / bf16 time, critic + actor): 8.4 M 0.81-0.92 (256@128, 128@512), 9.4 M 0.84 (96@1024), 10.5 M 0.91,
+# 12.6 M 0.85-1.02, 14.2 M 0.79-1.07, 16.8 M 1.08-1.12 (256@256, 128@1024), 18.9 M 0.84 (96@2048) and 1.09
+# (192@512), 33.6 M 1.20, 37.7 M 1.41, 67 M 1.52 (256@1024). From 16.8 M bf16 wins but at 96 wide and 2048 rows.
+BF16_MIN_WORK_EXPLICIT = 2**24
 
 
-def bf16_pays(batch_size: int, widest: int) -> bool:
-    """Whether a CPU update of ``batch_size`` rows through hidden layers up to ``widest`` wide is faster in bf16."""
-    return batch_size * widest * widest >= BF16_MIN_WORK
+def bf16_pays(batch_size: int, widest: int, explicit: bool = False) -> bool:
+    """Whether a CPU update of ``batch_size`` rows through hidden layers up to ``widest`` wide is faster in bf16
+    than in fp32 (``explicit``: fp32 would run the explicit step, else autograd's)."""
+    return batch_size * widest * widest >= (BF16_MIN_WORK_EXPLICIT if explicit else BF16_MIN_WORK)
 
 
 def resolve_precision(precision: str, devices: tuple[str, ...], native_bf16: bool | None = None,
-                      update: tuple[int, int] | None = None) -> str:
+                      update: tuple[int, int] | None = None, explicit: bool = False) -> str:
     """``auto`` -> ``bf16`` when every learner is on a CPU with native bf16 and the update is large enough for
-    it to pay (``update``: batch size and widest hidden layer; None: any size), else ``fp32``; others unchanged."""
+    it to pay (``update``: batch size and widest hidden layer; None: any size; ``explicit``: fp32 would run the
+    explicit step), else ``fp32``; others unchanged."""
     if precision != "auto":
         return precision
     native = cpu_has_native_bf16() if native_bf16 is None else native_bf16
-    big = update is None or bf16_pays(*update)
+    big = update is None or bf16_pays(*update, explicit=explicit)
     return "bf16" if native and big and all(d == "cpu" for d in devices) else "fp32"
 
 

@@ -259,17 +259,21 @@ def _small_update_precision(plan: Plan, config: Any, choose: Any, user: bool) ->
     """bf16 planned for a CPU whose update at the planned batch is too small for it to pay: fp32 instead.
 
     bf16 autocast costs a fixed cast per layer and step, which small networks at small batches do not earn
-    back (``devices.bf16_pays``: batch x widest layer^2 under 8.4 M ran 0.54-0.95x as fast in bf16). The probe
-    timed such batches in fp32 too (``update_probe.at_batch``, schema 4), so the planned rates are the run's."""
-    from spreeze_like.devices import BF16_MIN_WORK, bf16_pays
+    back (``devices.bf16_pays``: batch x widest layer^2 under 8.4 M ran 0.54-0.95x as fast in bf16; under 16.8 M
+    against SAC's, TD3's and DDPG's explicit fp32 step). The probe timed such batches in fp32 too
+    (``update_probe.at_batch``, schema 4), so the planned rates are the run's."""
+    from spreeze_like.config import EXPLICIT_ALGOS
+    from spreeze_like.devices import BF16_MIN_WORK, BF16_MIN_WORK_EXPLICIT, bf16_pays
 
     if user or plan.value("precision") != "bf16":
         return
     batch, widest = int(plan.value("batch_size")), config.widest_hidden
-    if bf16_pays(batch, widest):
+    explicit = config.algo in EXPLICIT_ALGOS and config.learner_step in ("auto", "explicit")
+    if bf16_pays(batch, widest, explicit=explicit):
         return
+    floor = BF16_MIN_WORK_EXPLICIT if explicit else BF16_MIN_WORK
     choose("precision", "fp32", f"batch {batch} x widest layer {widest}^2 = {batch * widest * widest:,} is under "
-           f"{BF16_MIN_WORK:,}: bf16 autocast costs more than it saves at this size (the probe timed this batch in "
+           f"{floor:,}: bf16 autocast costs more than it saves at this size (the probe timed this batch in "
            "fp32 too)")
 
 

@@ -25,7 +25,8 @@ from typing import Any
 
 SCHEMA_VERSION = 5  # 2: curves record their precision; 3: env rates hold the multi-process sampler curve (parallel);
 # 4: a bf16 curve times each batch in the arithmetic the size rule gives it (fp32 below devices.BF16_MIN_WORK);
-# 5: CPU fp32 updates are timed with the explicit step (algos/explicit_grad.py) a run now takes.
+# 5: CPU fp32 updates are timed with the explicit step (algos/explicit_grad.py) a run now takes, and a bf16 curve
+# of SAC, TD3 or DDPG times batches under devices.BF16_MIN_WORK_EXPLICIT in fp32.
 # Bump when a field changes meaning or a probe is added; older cached files are then re-probed.
 
 

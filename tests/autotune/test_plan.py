@@ -320,14 +320,15 @@ def test_precision_is_what_the_learner_curves_were_measured_in():
 
 def test_bf16_measured_but_too_small_an_update_for_it_plans_fp32():
     """The curves say bf16 (a CPU with native bf16), but at 64x64 the planned batch's update is under
-    devices.BF16_MIN_WORK, where bf16 ran slower than fp32: the plan takes fp32 and says why; yours stays yours."""
+    devices.BF16_MIN_WORK_EXPLICIT (SAC's explicit fp32 step), where bf16 ran slower: the plan takes fp32 and says
+    why; yours stays yours."""
     probes = copy.deepcopy(load(REAL))
     for curve in probes.updates:
         curve.precision = "bf16"
     plan, config = plan_for(REAL, probes=probes, hidden_sizes=(64, 64))
     batch = plan.value("batch_size")
     assert batch * 64 * 64 < 2**23
-    assert plan.value("precision") == "fp32" and "is under 8,388,608" in plan.choices["precision"].reason
+    assert plan.value("precision") == "fp32" and "is under 16,777,216" in plan.choices["precision"].reason
     assert apply_plan(config, plan).precision == "fp32"
     plan, _ = plan_for(REAL, probes=probes, hidden_sizes=(64, 64), critic_hidden_sizes=(2048, 2048))
     assert plan.value("precision") == "bf16"  # the critic's 2048-wide layers make the update large

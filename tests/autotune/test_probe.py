@@ -220,10 +220,13 @@ def test_a_bf16_curve_times_each_batch_in_the_arithmetic_a_run_gives_it():
 
     from spreeze_like.algos.spec import AlgoSpec
     from spreeze_like.autotune.update_probe import at_batch, probe_updates
-    from spreeze_like.devices import BF16_MIN_WORK
+    from spreeze_like.devices import BF16_MIN_WORK, BF16_MIN_WORK_EXPLICIT
 
     spec = AlgoSpec(algo="sac", obs_dim=3, act_dim=1, hidden_sizes=(64, 64), precision="bf16")
-    assert 256 * 64 * 64 < BF16_MIN_WORK <= 4096 * 64 * 64
+    assert 256 * 64 * 64 < BF16_MIN_WORK_EXPLICIT <= 4096 * 64 * 64
+    # SAC's fp32 is the explicit step, against which bf16 pays later than against autograd's (CrossQ's)
+    assert at_batch(spec, 2048).precision == "fp32"
+    assert at_batch(dataclasses.replace(spec, algo="crossq"), 2048).precision == "bf16" and 2048 * 64 * 64 >= BF16_MIN_WORK
     assert at_batch(spec, 256).precision == "fp32" and at_batch(spec, 4096).precision == "bf16"
     assert at_batch(dataclasses.replace(spec, critic_hidden_sizes=(512,)), 256).precision == "bf16"  # the widest
     assert at_batch(dataclasses.replace(spec, precision="fp32"), 4096).precision == "fp32"

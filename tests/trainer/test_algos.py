@@ -173,22 +173,32 @@ def test_precision_auto_picks_bf16_only_for_cpu_learners_with_native_bf16():
 
 
 
-@pytest.mark.parametrize("batch, widest, expected", [(100, 64, "fp32"), (256, 96, "fp32"), (100, 256, "fp32"),
-                                                     (128, 256, "bf16"), (512, 128, "bf16"), (256, 256, "bf16")])
-def test_precision_auto_keeps_fp32_for_updates_too_small_for_bf16(batch, widest, expected, monkeypatch):
-    """Measured (devices.BF16_MIN_WORK): bf16 autocast ran 0.54-0.95x as fast as fp32 below batch x width^2 of
-    8.4 M (Pendulum-v1's preset, 96x96 at batch 256, among them) and 1.04-1.44x from there."""
+@pytest.mark.parametrize("batch, widest, algo, expected", [
+    (100, 64, "sac", "fp32"), (256, 96, "sac", "fp32"), (128, 256, "sac", "fp32"), (512, 128, "td3", "fp32"),
+    (1024, 96, "sac", "fp32"), (256, 256, "sac", "bf16"), (1024, 128, "ddpg", "bf16"),
+    (100, 256, "crossq", "fp32"), (128, 256, "crossq", "bf16"), (512, 128, "crossq", "bf16")])
+def test_precision_auto_keeps_fp32_for_updates_too_small_for_bf16(batch, widest, algo, expected, monkeypatch):
+    """Measured (devices.BF16_MIN_WORK): bf16 autocast ran 0.54-0.95x as fast as autograd's fp32 step below batch x
+    width^2 of 8.4 M (Pendulum-v1's preset, 96x96 at batch 256, among them) and 1.04-1.44x from there; against the
+    explicit fp32 step of SAC, TD3 and DDPG (BF16_MIN_WORK_EXPLICIT) it gains from 16.8 M."""
     from spreeze_like import devices
     from spreeze_like.config import TrainConfig
     from spreeze_like.devices import resolve_precision
 
-    assert resolve_precision("auto", ("cpu", "cpu"), native_bf16=True, update=(batch, widest)) == expected
+    explicit = algo != "crossq"
+    assert resolve_precision("auto", ("cpu", "cpu"), native_bf16=True, update=(batch, widest),
+                             explicit=explicit) == expected
     monkeypatch.setattr(devices, "cpu_has_native_bf16", lambda: True)
-    config = TrainConfig(env="Pendulum-v1", batch_size=batch, hidden_sizes=(widest, widest), actor_device="cpu",
-                         critic_device="cpu")
+    config = TrainConfig(env="Pendulum-v1", algo=algo, batch_size=batch, hidden_sizes=(widest, widest),
+                         actor_device="cpu", critic_device="cpu")
     assert config.resolve().precision == expected
     wide_critic = dataclasses.replace(config, critic_hidden_sizes=(2048, 2048))
     assert wide_critic.resolve().precision == "bf16"  # the widest layer sets the cost
+    if explicit:  # autograd's step asked for: the threshold measured against it
+        eager = dataclasses.replace(config, learner_step="eager").resolve().precision
+        assert eager == ("bf16" if batch * widest * widest >= devices.BF16_MIN_WORK else "fp32")
+        # the explicit step asked for: fp32 whatever the size (it has no bf16 path)
+        assert dataclasses.replace(wide_critic, learner_step="explicit").resolve().precision == "fp32"
 
 
 class MatmulDtypes(TorchDispatchMode):
