@@ -107,10 +107,10 @@ def cpu_has_native_bf16() -> bool:
 # 256@100 0.92-0.95, 256@128 1.09, 128@512 1.06, 192@256 1.04, 256@256 1.30-1.32, 128@1024 1.40-1.44.
 BF16_MIN_WORK = 2**23  # batch x width^2 from which bf16 is the faster (8.4 M: 256@128, 128@512)
 # Against the explicit fp32 step (algos/explicit_grad.py: SAC, TD3, DDPG), which takes 0.5-0.9x autograd's time,
-# bf16 (autograd's step under autocast) pays later. Measured on the same machine (2026-11-29, one run each; explicit
-# fp32 time / bf16 time, critic + actor): 8.4 M 0.81-0.92 (256@128, 128@512), 9.4 M 0.84 (96@1024), 10.5 M 0.91,
-# 12.6 M 0.85-1.02, 14.2 M 0.79-1.07, 16.8 M 1.08-1.12 (256@256, 128@1024), 18.9 M 0.84 (96@2048) and 1.09
-# (192@512), 33.6 M 1.20, 37.7 M 1.41, 67 M 1.52 (256@1024). From 16.8 M bf16 wins but at 96 wide and 2048 rows.
+# bf16 (autograd's step under autocast) pays later. tools/bench_precision.py (its fp32 side: the explicit step) on the
+# same machine, 2026-11-29, critic and actor: 256@128 0.81-0.85, 128@512 0.86-1.00, 96@1024 0.69-0.81 (8.4-9.4 M),
+# 256@192 0.95-0.98, 128@768 0.77-0.91, 192@384 0.97-1.03, 96@1536 1.00-1.07 (12.6-14.2 M), 256@256 1.04-1.16,
+# 128@1024 0.93-1.22 (16.8 M), 96@2048 1.27-1.30 (18.9 M).
 BF16_MIN_WORK_EXPLICIT = 2**24
 
 

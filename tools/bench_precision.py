@@ -7,6 +7,9 @@ For each batch size it times the algorithm's critic step and actor step (one tor
 fixed random batch, each step in its own autocast region as the learners run it) in both
 precisions, interleaved over ``--rounds`` rounds so that a drift of the machine's load hits both,
 and prints the median milliseconds per step and the ratio fp32 / bf16 (above 1: bf16 is faster).
+The fp32 side runs the step a run's ``--learner-step auto`` gives it: on the CPU the explicit step
+(algos/explicit_grad.py) for SAC, TD3 and DDPG; ``--fp32-step eager`` times autograd's step instead
+(the comparison ``devices.BF16_MIN_WORK`` was measured with; ``BF16_MIN_WORK_EXPLICIT`` with the default).
 
 Whether bf16 learns as well is a separate question, answered per env step by
 ``tools/bench_learning.py --set precision='"bf16"'`` against ``'"fp32"'`` (BENCHMARKS.md).
@@ -37,17 +40,18 @@ def random_batch(n: int, obs_dim: int, act_dim: int, device: str) -> Batch:
     )
 
 
-def time_steps(part, batch: Batch, steps: int) -> float:
-    """Milliseconds per step over ``steps`` steps (after a short warm-up)."""
+def time_steps(part, batch: Batch, steps: int, step=None) -> float:
+    """Milliseconds per step over ``steps`` steps (after a short warm-up); ``step``: default ``part.step``."""
     sync = torch.cuda.synchronize if part.device.type == "cuda" else (lambda: None)
+    step = step or part.step
     for _ in range(5):
         with part.autocast():
-            part.step(batch)
+            step(batch)
     sync()
     t0 = time.perf_counter()
     for _ in range(steps):
         with part.autocast():
-            part.step(batch)
+            step(batch)
     sync()
     return 1e3 * (time.perf_counter() - t0) / steps
 
@@ -67,12 +71,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     add_step_args(parser, [256])
     parser.add_argument("--device", default="cpu", help="cpu (default), cuda:N or auto")
+    parser.add_argument("--fp32-step", choices=("auto", "eager"), default="auto",
+                        help="the fp32 side's step: auto = a run's (explicit where it applies), eager = autograd's")
     args = parser.parse_args()
     args.device = tool_device(parser, args.device)
     torch.set_num_threads(1)
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}  load {load}  device {args.device}  native CPU bf16: "
-          f"{cpu_has_native_bf16()}  {args.algo} {tuple(args.hidden_sizes)} obs {args.obs_dim} act {args.act_dim}")
+          f"{cpu_has_native_bf16()}  {args.algo} {tuple(args.hidden_sizes)} obs {args.obs_dim} act {args.act_dim}  "
+          f"fp32 step: {args.fp32_step}")
     for n in args.batch_sizes:
         batch = random_batch(n, args.obs_dim, args.act_dim, args.device)
         times: dict[tuple[str, str], list[float]] = {}
@@ -84,7 +91,9 @@ def main() -> None:
         for _ in range(args.rounds):
             for precision in ("fp32", "bf16"):
                 for half, part in parts[precision].items():
-                    times.setdefault((precision, half), []).append(time_steps(part, batch, args.steps))
+                    explicit = args.fp32_step == "auto" and part.explicit_ok()  # never in bf16
+                    step = part.explicit_step if explicit else part.step
+                    times.setdefault((precision, half), []).append(time_steps(part, batch, args.steps, step))
         for half in ("critic", "actor"):
             fp32 = statistics.median(times[("fp32", half)])
             bf16 = statistics.median(times[("bf16", half)])
