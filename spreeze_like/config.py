@@ -348,6 +348,12 @@ class TrainConfig:
         return self.utd / (1 + self.her_goals)
 
     @property
+    def explicit_fp32(self) -> bool:
+        """Whether this run's fp32 CPU update would be the explicit step (algos/explicit_grad.py): where bf16
+        starts to pay depends on it (devices.bf16_min_work)."""
+        return self.algo in EXPLICIT_ALGOS and self.learner_step in ("auto", "explicit")
+
+    @property
     def widest_hidden(self) -> int:
         """The widest hidden layer of the actor and critic MLPs (what sets a CPU update's cost per row)."""
         return max((*self.hidden_sizes, *self.critic_hidden_sizes), default=1)
@@ -365,12 +371,10 @@ class TrainConfig:
 
         self.validate()
         actor_device, critic_device = resolve_devices(self.actor_device, self.critic_device)
-        # fp32 here would run the explicit step (algos/explicit_grad.py), which moves where bf16 starts to pay;
         # --learner-step explicit asks for fp32 outright
-        explicit = self.algo in EXPLICIT_ALGOS and self.learner_step in ("auto", "explicit")
         precision = resolve_precision("fp32" if self.learner_step == "explicit" and self.precision == "auto"
                                       else self.precision, (actor_device, critic_device),
-                                      update=(self.batch_size, self.widest_hidden), explicit=explicit)
+                                      update=(self.batch_size, self.widest_hidden), explicit=self.explicit_fp32)
         if self.learner_step in ("cuda-graph", "compiled-graph") and not all(
                 d.startswith("cuda") for d in (actor_device, critic_device)):
             raise ConfigError(f"--learner-step {self.learner_step} needs both learners on CUDA (actor "

@@ -114,10 +114,16 @@ BF16_MIN_WORK = 2**23  # batch x width^2 from which bf16 is the faster (8.4 M: 2
 BF16_MIN_WORK_EXPLICIT = 2**24
 
 
+def bf16_min_work(explicit: bool = False) -> int:
+    """Batch x widest layer^2 from which bf16 is faster than fp32 (``explicit``: fp32 would run the explicit step,
+    else autograd's)."""
+    return BF16_MIN_WORK_EXPLICIT if explicit else BF16_MIN_WORK
+
+
 def bf16_pays(batch_size: int, widest: int, explicit: bool = False) -> bool:
     """Whether a CPU update of ``batch_size`` rows through hidden layers up to ``widest`` wide is faster in bf16
-    than in fp32 (``explicit``: fp32 would run the explicit step, else autograd's)."""
-    return batch_size * widest * widest >= (BF16_MIN_WORK_EXPLICIT if explicit else BF16_MIN_WORK)
+    than in fp32 (``explicit``: see :func:`bf16_min_work`)."""
+    return batch_size * widest * widest >= bf16_min_work(explicit)
 
 
 def resolve_precision(precision: str, devices: tuple[str, ...], native_bf16: bool | None = None,

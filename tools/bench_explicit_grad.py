@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_precision import random_batch
+from bench_precision import random_batch, time_steps
 
 from spreeze_like.algos import make_actor_part, make_critic_part
 from spreeze_like.algos.base import AlgoSpec
@@ -44,13 +44,6 @@ def parse_size(text: str) -> tuple[tuple[int, ...], int, int, int]:
     batch, *dims = rest.split(":")
     obs_dim, act_dim = (int(d) for d in dims) if dims else (3, 1)
     return tuple(int(w) for w in layers.split("x")), int(batch), obs_dim, act_dim
-
-
-def ms_per_step(step, batch, steps: int) -> float:
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        step(batch)
-    return 1e3 * (time.perf_counter() - t0) / steps
 
 
 def largest_difference(a, b) -> float:
@@ -76,8 +69,8 @@ def measure(algo: str, size: str, steps: int, rounds: int) -> list[dict]:
         difference = largest_difference(autograd, explicit)
         times: dict[str, list[float]] = {"autograd": [], "explicit": []}
         for _ in range(rounds):
-            times["autograd"].append(ms_per_step(autograd.step, batch, steps))
-            times["explicit"].append(ms_per_step(explicit.explicit_step, batch, steps))
+            times["autograd"].append(time_steps(autograd, batch, steps, autograd.step))
+            times["explicit"].append(time_steps(explicit, batch, steps, explicit.explicit_step))
         a_ms, e_ms = statistics.median(times["autograd"]), statistics.median(times["explicit"])
         rows.append({"algo": algo, "half": half, "hidden": list(hidden), "batch": n, "obs_dim": obs_dim,
                      "act_dim": act_dim, "autograd_ms": round(a_ms, 4), "explicit_ms": round(e_ms, 4),

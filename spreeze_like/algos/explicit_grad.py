@@ -47,7 +47,7 @@ class Chain:
     """
 
     def __init__(self, layers: Sequence[tuple[torch.Tensor, torch.Tensor, int | None]], relu_last: bool = False) -> None:
-        self.params = [(w, b, i) for w, b, i in layers]
+        self.params = list(layers)
         # the forward pass's [in, out] matrices (addmm's mat2) and [out] biases
         self.weights = [w.t() if i is None else w[i] for w, _, i in layers]
         self.biases = [b if i is None else b[i].view(-1) for _, b, i in layers]

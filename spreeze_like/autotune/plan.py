@@ -262,16 +262,14 @@ def _small_update_precision(plan: Plan, config: Any, choose: Any, user: bool) ->
     back (``devices.bf16_pays``: batch x widest layer^2 under 8.4 M ran 0.54-0.95x as fast in bf16; under 16.8 M
     against SAC's, TD3's and DDPG's explicit fp32 step). The probe timed such batches in fp32 too
     (``update_probe.at_batch``, schema 4), so the planned rates are the run's."""
-    from spreeze_like.config import EXPLICIT_ALGOS
-    from spreeze_like.devices import BF16_MIN_WORK, BF16_MIN_WORK_EXPLICIT, bf16_pays
+    from spreeze_like.devices import bf16_min_work, bf16_pays
 
     if user or plan.value("precision") != "bf16":
         return
     batch, widest = int(plan.value("batch_size")), config.widest_hidden
-    explicit = config.algo in EXPLICIT_ALGOS and config.learner_step in ("auto", "explicit")
-    if bf16_pays(batch, widest, explicit=explicit):
+    if bf16_pays(batch, widest, explicit=config.explicit_fp32):
         return
-    floor = BF16_MIN_WORK_EXPLICIT if explicit else BF16_MIN_WORK
+    floor = bf16_min_work(config.explicit_fp32)
     choose("precision", "fp32", f"batch {batch} x widest layer {widest}^2 = {batch * widest * widest:,} is under "
            f"{floor:,}: bf16 autocast costs more than it saves at this size (the probe timed this batch in "
            "fp32 too)")

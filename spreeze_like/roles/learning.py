@@ -117,9 +117,9 @@ class LearnerRole:
         self.guard = NonFiniteGuard(part, role, stats, max_nonfinite_steps)
         self.publisher = FlatPublisher(part.published_tensors(), sink)
         self.loader = FlatLoader(part.copy_tensors(), source)
-        # a device mirror's uniform draw and gather run inside the update (and its graph): batches.fill_in_step
         # the half's update as this mode runs it: by autograd (``step``), or written out (``explicit_step``)
         self.part_step = part.explicit_step if step_mode == "explicit" else part.step
+        # a device mirror's uniform draw and gather run inside the update (and its graph): batches.fill_in_step
         self.runner = StepRunner(part, self.device_update, batch_size, inputs, with_weights, self.guard.begin,
                                  step_mode, fill=getattr(batches, "fill_in_step", None),
                                  generators=getattr(batches, "generators", ()), updates_per_replay=updates_per_graph)
