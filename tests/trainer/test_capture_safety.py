@@ -48,6 +48,15 @@ def critic_layout(request, monkeypatch):
         monkeypatch.setattr(Critic, "batched_max_rows", 32)
 
 
+def gpu_path_learners(algo: str = "sac", **kwargs):
+    """Learners that run, on the CPU, the update a GPU captures: autograd's ``step`` (``--learner-step auto``
+    on a CPU learner takes the explicit step instead, which no GPU runs) from a device mirror."""
+    critic, actor, stats = learners("cpu", algo, step_mode="eager", device_replay="on", **kwargs)
+    for learner in (critic, actor):
+        assert learner.part_step == learner.part.step, "not the step a GPU captures"
+    return critic, actor, stats
+
+
 def _caller() -> str:
     """``file:line: text`` of the innermost frame in spreeze_like (the code that asked for the read)."""
     for frame in reversed(traceback.extract_stack()):
@@ -96,7 +105,7 @@ def state_tensors(learner) -> dict[str, int]:
 @pytest.mark.parametrize("updates_per_graph", [1, 4])
 @pytest.mark.usefixtures("critic_layout")
 def test_a_captured_update_reads_nothing_on_the_host(algo, updates_per_graph, monkeypatch):
-    critic, actor, _ = learners("cpu", algo, device_replay="on", updates_per_graph=updates_per_graph)
+    critic, actor, _ = gpu_path_learners(algo, updates_per_graph=updates_per_graph)
     for learner in (critic, actor):
         learner.batches.sync()
         for _ in range(3):  # the warm-up a capture follows (StepRunner's default)
@@ -123,7 +132,7 @@ def test_a_captured_update_reads_nothing_on_the_host(algo, updates_per_graph, mo
 @pytest.mark.parametrize("algo", ["sac", "td3", "crossq"])
 @pytest.mark.usefixtures("critic_layout")
 def test_warmed_up_updates_make_no_new_state_tensors(algo):
-    critic, actor, _ = learners("cpu", algo, device_replay="on")
+    critic, actor, _ = gpu_path_learners(algo)
     for learner in (critic, actor):
         learner.batches.sync()
         for _ in range(3):
@@ -137,7 +146,7 @@ def test_warmed_up_updates_make_no_new_state_tensors(algo):
 
 def test_the_checks_catch_a_host_read_and_new_state(monkeypatch):
     """The two tests above fail on the bugs they are for (a .item() in the step, state made late)."""
-    critic, _, _ = learners("cpu", "sac", device_replay="on")
+    critic, _, _ = gpu_path_learners("sac")
     critic.batches.sync()
     for _ in range(3):
         critic.runner._run_one()
@@ -183,7 +192,7 @@ def test_no_autograd_graph_outlives_the_learners_updates(algo):
     then accumulates on the default stream, and a CUDA graph capture fails on it (the first capture of
     every process on the H200, 2026-11-27, from the weight publisher's flat views)."""
     before = _live_autograd_graphs()
-    critic, actor, _ = learners("cpu", algo, device_replay="on")
+    critic, actor, _ = gpu_path_learners(algo)
     for _ in range(3):
         critic.update()
         actor.update()
