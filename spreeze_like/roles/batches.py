@@ -26,6 +26,7 @@ import numpy as np
 import torch
 
 from spreeze_like.algos.base import Batch
+from spreeze_like.algos.graphed import GRAPH_MODES
 from spreeze_like.roles.learning import to_batch
 
 DEVICE_REPLAY_MODES = ("auto", "on", "off")
@@ -55,7 +56,7 @@ class HostBatches:
 
     def draw(self, runner: Any) -> Drawn:
         raw = self.sampler.sample(runner.batch_size)
-        if runner.mode == "eager":
+        if runner.mode not in GRAPH_MODES:  # no graph reads the static batch: hand the rows over, no copy
             batch = to_batch(raw, runner.part.device, use_weights=self.with_weights)
         else:
             runner.fill_from_host(raw)

@@ -24,6 +24,7 @@ from spreeze_like.metrics import stats_schema
 from spreeze_like.replay import PrioritizedConfig, PrioritizedSampler, ReplayStorage, SumTree, UniformSampler
 from spreeze_like.roles.actor_learner import ActorLearner
 from spreeze_like.roles.critic_learner import CriticLearner
+from spreeze_like.roles.learning import to_batch
 from spreeze_like.roles.ports import LocalBoard, LocalStatsBlock
 from spreeze_like.roles.weight_transfer import FlatLoader, FlatPublisher
 
@@ -214,6 +215,23 @@ def test_blocks_of_updates_need_batches_drawn_on_the_device():
     assert "--updates-per-graph" in str(info.value) and "\n" not in str(info.value)
     with pytest.raises(ConfigError, match="updates-per-graph 0"):
         dataclasses.replace(TrainConfig(), updates_per_graph=0).validate()
+
+
+@pytest.mark.parametrize("step_mode", ["eager", "explicit"])
+def test_cpu_steps_take_the_host_rows_without_a_copy(step_mode):
+    """Without a graph nothing reads the runner's static batch: the sampled rows are handed to the step as
+    they are (tensors sharing the sampler's arrays), in the autograd and in the explicit step alike."""
+    critic, _, _ = learners("cpu", step_mode=step_mode, device_replay="off")
+    assert critic.runner.mode == step_mode
+    drawn = critic.batches.draw(critic.runner)
+    assert drawn.batch is not None
+    assert drawn.batch.obs.shape == (64, 5) and drawn.batch.reward.shape == (64,)
+    before = critic.runner.packed.clone()
+    critic.runner.run(drawn.batch)
+    assert torch.equal(critic.runner.packed, before)  # the static batch was not filled
+    raw = critic.replay.sample(64)
+    batch = to_batch(raw, torch.device("cpu"), use_weights=False)
+    assert np.shares_memory(batch.obs.numpy(), raw.obs) and np.shares_memory(batch.terminated.numpy(), raw.terminated)
 
 
 @pytest.mark.parametrize("device", DEVICES)
