@@ -54,6 +54,7 @@ class SeedRecord:
 
     seed: int
     status: str = "waiting"
+    cell: int | None = None  # its setting's index in the folder's grid (``--vary``); None: no grid
     run_dir: str | None = None  # relative to the seeds folder (which may move)
     exit_status: int | None = None
     final_return: float | None = None
@@ -80,9 +81,9 @@ class SeedRecord:
         return self.status == "done"
 
 
-def seed_dir(folder: Path, seed: int) -> Path:
-    """Where seed ``seed``'s run folders and console log live."""
-    return folder / f"seed_{seed}"
+def seed_dir(folder: Path, seed: int, cell_folder: str = "") -> Path:
+    """Where seed ``seed``'s run folders and console log live (of a grid's cell: in the cell's folder)."""
+    return folder / cell_folder / f"seed_{seed}"
 
 
 def run_folders(where: Path) -> list[Path]:
@@ -96,9 +97,9 @@ def run_folders(where: Path) -> list[Path]:
 class SeedRun:
     """The child process of one seed's session (see the module docstring)."""
 
-    def __init__(self, record: SeedRecord, folder: Path, run_args: list[str]) -> None:
+    def __init__(self, record: SeedRecord, folder: Path, run_args: list[str], where: Path | None = None) -> None:
         self.record, self.folder, self.run_args = record, folder, run_args
-        self.dir = seed_dir(folder, record.seed)
+        self.dir = where or seed_dir(folder, record.seed)
         self.proc: subprocess.Popen[bytes] | None = None
         self._known: set[Path] = set()
 

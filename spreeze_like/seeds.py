@@ -10,7 +10,12 @@ and goes to every run unchanged; it is checked once, before anything starts.
 The folder ``<logdir>/seeds__<env>__<algo>__<unixtime>/`` holds ``seeds.json`` (the command, each
 seed's status, run folder and outcome: rewritten atomically at each change), and per seed
 ``seed_S/console.log`` and the run folder ``seed_S/<env>__<algo>__S__<time>/``; at the end its
-``summary`` holds the statistics above. ``tensorboard --logdir <folder>`` shows every seed,
+``summary`` holds the statistics above.
+
+``--vary NAME=V1,V2`` (:mod:`spreeze_like.seeds_grid`) compares settings: every value (every cell of
+the product of several ``--vary``) runs with every seed, started seed by seed so that a stop leaves
+the settings with about as many seeds each; each cell's runs live in ``cell<K>_<label>/seed_S/``,
+``seeds.json`` names the cells, and the closing lines give each setting's statistics and rank them. ``tensorboard --logdir <folder>`` shows every seed,
 ``python tools/plot_runs.py <folder>/seed_*/*__* --mean -o seeds.png`` draws their mean and range.
 
 Stops: Ctrl-C or SIGTERM starts no further seed and is passed on once to every running seed, which
@@ -32,7 +37,6 @@ the whole machine for one run, and concurrent probes would measure each other).
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import signal
 import sys
@@ -52,9 +56,11 @@ from spreeze_like.seed_runs import (
     latest_eval,
     read_outcome,
     resume_args,
+    seed_dir,
 )
 from spreeze_like.seeds_cli import SeedsCommand, checked_run_config, parse_seeds_command, run_config
-from spreeze_like.seeds_summary import exit_code, seed_stats, summary_lines
+from spreeze_like.seeds_grid import Cell
+from spreeze_like.seeds_summary import exit_code, run_name, summary_lines, summary_record
 from spreeze_like.write_guard import WriteGuard
 
 RECORD_FILE = "seeds.json"
@@ -85,9 +91,16 @@ def _new_folder(command: SeedsCommand) -> Path:
 
 
 def _new_record(command: SeedsCommand) -> dict[str, Any]:
-    return {"format": FORMAT, "run_args": command.run_args, "env": command.config.env, "algo": command.config.algo,
-            "jobs": command.jobs, "created": time.time(),
-            "seeds": [SeedRecord(seed).to_dict() for seed in command.seeds]}
+    record = {"format": FORMAT, "run_args": command.run_args, "env": command.config.env, "algo": command.config.algo,
+              "jobs": command.jobs, "created": time.time()}
+    if command.cells:
+        # seed-major: whenever the command stops, every setting has about as many seeds done as the others
+        record["cells"] = [cell.to_dict() for cell in command.cells]
+        record["seeds"] = [SeedRecord(seed, cell=k).to_dict() for seed in command.seeds
+                           for k in range(len(command.cells))]
+    else:
+        record["seeds"] = [SeedRecord(seed).to_dict() for seed in command.seeds]
+    return record
 
 
 def _reopen(command: SeedsCommand) -> tuple[Path, dict[str, Any]]:
@@ -105,7 +118,11 @@ def _reopen(command: SeedsCommand) -> tuple[Path, dict[str, Any]]:
     try:
         if record.get("format") != FORMAT:
             raise ValueError(f"format {record.get('format')!r}, not {FORMAT}")
-        [SeedRecord.from_dict(s) for s in record["seeds"]]
+        cells = [Cell.from_dict(c) for c in record.get("cells") or []]
+        for entry in record["seeds"]:
+            cell = SeedRecord.from_dict(entry).cell
+            if (cell is None) != (not cells) or (cell is not None and not 0 <= cell < len(cells)):
+                raise ValueError(f"seed {entry.get('seed')} names setting {cell} of {len(cells)}")
         saved_args = [str(a) for a in record["run_args"]]
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(f"{what}: {path} is not a seeds record this version can continue ({exc})") from None
@@ -135,6 +152,7 @@ class Seeds:
                  print_fn: Callable[[str], None] = say) -> None:
         self.folder, self.record, self.command, self.say = folder, record, command, print_fn
         self.seeds = [SeedRecord.from_dict(s) for s in record["seeds"]]
+        self.cells = [Cell.from_dict(c) for c in record.get("cells") or []]
         self.jobs = command.jobs or int(record.get("jobs", 1))
         self.running: list[SeedRun] = []
         self.stop_signal: int | None = None
@@ -147,9 +165,14 @@ class Seeds:
         done = len(self.seeds) - len(todo)
         reason = f" ({self.command.jobs_reason})" if self.command.jobs_reason else ""
         already = f"; {done} already done" if done else ""
-        self.say(f"[seeds] {len(self.seeds)} seeds ({_seed_list(self.seeds)}) of {self.record['algo']} on "
-                 f"{self.record['env']}, {self.jobs} at a time{reason}{already}; folder {self.folder}   "
-                 f"(tensorboard --logdir {self.folder})")
+        seeds = sorted({s.seed for s in self.seeds})
+        what = f"{len(seeds)} seeds ({' '.join(map(str, seeds))})"
+        if self.cells:
+            what = f"{len(self.cells)} settings x {what} = {len(self.seeds)} runs"
+        self.say(f"[seeds] {what} of {self.record['algo']} on {self.record['env']}, {self.jobs} at a time{reason}"
+                 f"{already}; folder {self.folder}   (tensorboard --logdir {self.folder})")
+        for k, cell in enumerate(self.cells):
+            self.say(f"[seeds]   setting {k}: {cell.label}   (its runs: {self.folder / cell.folder(k)})")
         self.save()
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
         try:
@@ -160,10 +183,9 @@ class Seeds:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        stats = seed_stats(self.seeds)
-        self.record["summary"] = None if stats is None else dataclasses.asdict(stats)  # for scripts: no parsing
+        self.record["summary"] = summary_record(self.seeds, self.cells)  # for scripts: no parsing
         self.save()
-        for line in summary_lines(self.seeds, self.folder, self.stop_signal is not None):
+        for line in summary_lines(self.seeds, self.folder, self.stop_signal is not None, self.cells):
             self.say(line)
         if self.refused is not None and self.refused.line:  # bad input: the one error line, as a run ends with
             say(self.refused.line if self.refused.line.startswith("error:") else f"error: {self.refused.line}",
@@ -221,40 +243,49 @@ class Seeds:
         args = resume_args(record, self.folder, self.command.override_args)
         if args is None:
             if record.run_dir:
-                self.say(f"[seeds] seed {record.seed}: {self.folder / record.run_dir} has no checkpoint to continue "
+                self.say(f"[seeds] {self.name(record)}: {self.folder / record.run_dir} has no checkpoint to continue "
                          "from; starting the seed again in a new run folder (the old one is left as it is)")
             record.run_dir = None
-            args = [*self.command.run_args, "--seed", str(record.seed), "--logdir",
-                    str(self.folder / f"seed_{record.seed}")]
-        seed_run = SeedRun(record, self.folder, args)
+            cell_args = self.cells[record.cell].args if record.cell is not None else ()
+            args = [*self.command.run_args, *cell_args, "--seed", str(record.seed), "--logdir",
+                    str(self.seed_folder(record))]
+        seed_run = SeedRun(record, self.folder, args, self.seed_folder(record))
         seed_run.start()
         self.running.append(seed_run)
         verb = f"continues from {self.folder / str(record.run_dir)}" if "--resume" in args else "started"
-        self.say(f"[seeds] seed {record.seed} {verb} (pid {record.pid}; its console: "
+        self.say(f"[seeds] {self.name(record)} {verb} (pid {record.pid}; its console: "
                  f"{seed_run.dir / 'console.log'})")
         self.save()
+
+    def seed_folder(self, record: SeedRecord) -> Path:
+        """Where a run's console and run folders live: ``seed_S``, or ``cell<K>_<label>/seed_S`` in a grid."""
+        cell = "" if record.cell is None else self.cells[record.cell].folder(record.cell)
+        return seed_dir(self.folder, record.seed, cell)
+
+    def name(self, record: SeedRecord) -> str:
+        return run_name(record, self.cells)
 
     def _ended(self, record: SeedRecord) -> None:
         if record.status == "done":
             outcome = ("no evaluation recorded" if record.final_return is None else
                        f"final evaluation {record.final_return:.1f} after {record.env_steps:,} env steps")
-            self.say(f"[seeds] seed {record.seed} done: {outcome}"
+            self.say(f"[seeds] {self.name(record)} done: {outcome}"
                      + (f", {record.wall_s:.0f} s" if record.wall_s is not None else ""))
         elif record.status == "stopped":
-            self.say(f"[seeds] seed {record.seed} stopped; it continues with --resume {self.folder}")
+            self.say(f"[seeds] {self.name(record)} stopped; it continues with --resume {self.folder}")
         elif record.status == "refused":
             self.refused = record
-            self.say(f"[seeds] seed {record.seed} refused its settings: {record.line}; no further seed starts")
+            self.say(f"[seeds] {self.name(record)} refused its settings: {record.line}; no further seed starts")
         else:
-            self.say(f"[seeds] seed {record.seed} failed ({record.line}); see "
-                     f"{self.folder / f'seed_{record.seed}' / 'console.log'}; the other seeds go on")
+            self.say(f"[seeds] {self.name(record)} failed ({record.line}); see "
+                     f"{self.seed_folder(record) / 'console.log'}; the other seeds go on")
         self.save()
 
     def _progress_line(self) -> str:
         parts = []
         for seed_run in self.running:
             latest = latest_eval(seed_run.find_run_dir())
-            parts.append(f"seed {seed_run.record.seed} " + (f"eval {latest[1]:.1f} at {latest[0]:,}" if latest
+            parts.append(f"{self.name(seed_run.record)} " + (f"eval {latest[1]:.1f} at {latest[0]:,}" if latest
                                                              else "no evaluation yet"))
         counts = {status: sum(s.status == status for s in self.seeds) for status in STATUSES}
         return (f"[seeds] {' | '.join(parts)}; {counts['done']} done, {counts['waiting']} waiting"
@@ -269,10 +300,6 @@ class Seeds:
             self.guard.failed(exc)
         else:
             self.guard.succeeded()
-
-
-def _seed_list(seeds: list[SeedRecord]) -> str:
-    return " ".join(str(s.seed) for s in seeds)
 
 
 if __name__ == "__main__":

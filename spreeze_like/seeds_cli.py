@@ -1,11 +1,12 @@
 """The command line of ``python -m spreeze_like.seeds``: its own flags, and the run flags it checks and passes on.
 
-Its flags are ``--seeds``, ``--jobs``, ``--logdir``, ``--resume`` and ``--progress-every``; every other
+Its flags are ``--seeds``, ``--vary``, ``--jobs``, ``--logdir``, ``--resume`` and ``--progress-every``; every other
 token is ``python -m spreeze_like.run``'s and is checked here once, by that command's own parser and
 the env's preset (:func:`spreeze_like.flags.parse_command_line`, :func:`spreeze_like.layering.lay_presets`),
 so that a bad value is one ``error:`` line before any folder or process exists. The run flags that
 the seeds command sets itself (``--seed``, ``--logdir``, ``--resume``) or that train nothing
-(``--plan-only``, ``--list-presets``) are refused.
+(``--plan-only``, ``--list-presets``) are refused. With ``--vary`` (:mod:`spreeze_like.seeds_grid`) every
+cell of the grid is checked the same way, its flags after the command's.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from spreeze_like.autotune.hardware import usable_cores
 from spreeze_like.config import TrainConfig
 from spreeze_like.config_fields import OneLineParser
 from spreeze_like.errors import ConfigError
+from spreeze_like.seeds_grid import Cell, parse_vary
 
 MAX_SEEDS = 1000
 PROG = "python -m spreeze_like.seeds"
@@ -36,6 +38,7 @@ class SeedsCommand:
     typed_env: str | None = None
     jobs_reason: str = ""
     override_args: list[str] = field(default_factory=list)  # run flags typed with --resume: every seed takes them
+    cells: list[Cell] = field(default_factory=list)  # --vary: the grid's settings (none: one setting)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -48,6 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
                f"{PROG} --seeds 1-5 --env HalfCheetah-v5 --total-steps 100000.",
     )
     parser.add_argument("--seeds", nargs="+", metavar="S", help="the seeds: numbers and ranges, e.g. 1-5 or 1 2 7")
+    parser.add_argument("--vary", action="append", default=[], metavar="NAME=V1,V2",
+                        help="compare settings: every value of the run setting NAME, each over every seed; several "
+                             "--vary give their product, e.g. --vary tau=0.005,0.02 --vary batch-size=256,1024 "
+                             "(hidden-sizes=64x64,256x256; a switch: prioritized=on,off)")
     parser.add_argument("--jobs", default="auto", metavar="N",
                         help="seeds run at once; auto = this machine's usable cores over the busy processes of one run "
                              "(1 for --serial; samplers + 2 learners otherwise), as far as their replays fit in 80%% "
@@ -92,6 +99,9 @@ def parse_seeds_command(argv: list[str]) -> SeedsCommand:
         raise ConfigError("--progress-every must be >= 0 (0: no progress lines)")
     jobs = _parse_jobs(ns.jobs)
     if ns.resume:
+        if ns.vary:
+            raise ConfigError("--resume continues a folder with the settings it has; drop --vary (or start a new "
+                              "folder without --resume)")
         if ns.seeds:
             raise ConfigError("--resume continues the seeds its folder names; drop --seeds (or start a new folder "
                               "without --resume)")
@@ -103,11 +113,26 @@ def parse_seeds_command(argv: list[str]) -> SeedsCommand:
     seeds = parse_seed_list(ns.seeds)
     if not seeds:
         raise ConfigError("--seeds names no seed; give numbers and ranges such as --seeds 1-5")
+    cells = parse_vary(ns.vary, run_args)
+    if len(cells) * len(seeds) > MAX_SEEDS:
+        raise ConfigError(f"--vary and --seeds: {len(cells)} settings x {len(seeds)} seeds is more than {MAX_SEEDS} "
+                          "runs; give fewer")
     config, dims = checked_run_config(run_args)
+    configs = [cell_config(run_args, cell) for cell in cells] or [config]
     command = SeedsCommand(seeds, jobs, ns.logdir, "", ns.progress_every, run_args, config,
-                           typed_env=_typed_env(run_args))
-    command.jobs, command.jobs_reason = _jobs(jobs, config, len(seeds), replay_bytes(config, *dims))
+                           typed_env=_typed_env(run_args), cells=cells)
+    widest = max(configs, key=_busy)  # jobs: the cell whose runs keep the most processes busy and hold the most replay
+    command.jobs, command.jobs_reason = _jobs(jobs, widest, len(seeds) * max(1, len(cells)),
+                                              max(replay_bytes(c, *dims) for c in configs))
     return command
+
+
+def cell_config(run_args: list[str], cell: Cell) -> TrainConfig:
+    """A cell's runs' settings: the command's run flags, then the cell's (checked as a run checks them)."""
+    try:
+        return run_config([*run_args, *cell.args])
+    except ConfigError as exc:
+        raise ConfigError(f"--vary {cell.label}: {exc}") from None
 
 
 def _parse_jobs(text: str) -> int | None:
@@ -194,9 +219,14 @@ def memory_free(serial: bool) -> tuple[float, str]:
 MEMORY_SHARE = 0.8  # of the free memory the seeds' replays may plan to take together
 
 
+def _busy(config: TrainConfig) -> int:
+    """The processes one run of ``config`` keeps busy."""
+    return 1 if config.serial else config.samplers + 2
+
+
 def _jobs(jobs: int | None, config: TrainConfig, n_seeds: int, replay: float = 0.0) -> tuple[int, str]:
-    """How many seeds run at once, and why (for the header)."""
-    busy = 1 if config.serial else config.samplers + 2
+    """How many runs (seeds, times the cells of a grid) run at once, and why (for the header)."""
+    busy = _busy(config)
     if config.autotune:
         if jobs not in (None, 1):
             raise ConfigError("--autotune plans the whole machine for one run; with --jobs above 1 the runs' probes "

@@ -5,6 +5,9 @@ median, interquartile mean (IQM: the mean of the middle half, 25% cut from each 
 ``scipy.stats.trim_mean(x, 0.25)`` cuts; rliable recommends it for few runs, as robust as the median
 and less noisy) and the range with the seeds at its ends. No confidence interval is printed: over
 a handful of seeds a bootstrap interval says little more than the range does.
+
+A grid (``--vary``) gets these statistics per setting, and the settings ranked by IQM with each one's
+range beside it: where the ranges overlap, the seeds have not separated the settings.
 """
 
 from __future__ import annotations
@@ -12,10 +15,12 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
 from spreeze_like.seed_runs import SeedRecord
+from spreeze_like.seeds_grid import Cell
 
 
 @dataclass(frozen=True)
@@ -63,21 +68,75 @@ def outcome(record: SeedRecord) -> str:
     return "not started"
 
 
-def summary_lines(seeds: Sequence[SeedRecord], folder: Path, stopped: bool) -> list[str]:
-    """The closing lines: per seed, the statistics, and what to do about seeds that did not finish."""
-    lines = [f"[seeds] seed {s.seed}: {outcome(s)}" for s in seeds]
-    stats = seed_stats(seeds)
-    if stats is not None:
-        lines.append(
-            f"final evaluation over {stats.n} seed{'s' if stats.n > 1 else ''}: mean {stats.mean:.1f} (std "
+def run_name(record: SeedRecord, cells: Sequence[Cell] = ()) -> str:
+    """``seed 3``, or in a grid ``seed 3 of setting 1 (tau=0.02)``."""
+    if record.cell is None:
+        return f"seed {record.seed}"
+    return f"seed {record.seed} of setting {record.cell} ({cells[record.cell].label})"
+
+
+def by_cell(seeds: Sequence[SeedRecord], n_cells: int) -> list[list[SeedRecord]]:
+    """The runs of each setting of a grid, in the settings' order."""
+    return [[s for s in seeds if s.cell == k] for k in range(n_cells)]
+
+
+def summary_record(seeds: Sequence[SeedRecord], cells: Sequence[Cell] = ()) -> Any:
+    """The statistics for ``seeds.json``: one setting's as a dict (None without an evaluation); a grid's as
+    ``{"cells": [{"label": ..., "stats": dict or None}, ...]}``."""
+    if not cells:
+        stats = seed_stats(seeds)
+        return None if stats is None else asdict(stats)
+    out = []
+    for cell, runs in zip(cells, by_cell(seeds, len(cells))):
+        stats = seed_stats(runs)
+        out.append({"label": cell.label, "stats": None if stats is None else asdict(stats)})
+    return {"cells": out}
+
+
+def stats_line(stats: SeedStats) -> str:
+    return (f"final evaluation over {stats.n} seed{'s' if stats.n > 1 else ''}: mean {stats.mean:.1f} (std "
             f"{stats.std:.1f}), median {stats.median:.1f}, IQM {stats.iqm:.1f}, min {stats.low[1]:.1f} (seed "
-            f"{stats.low[0]}), max {stats.high[1]:.1f} (seed {stats.high[0]})"
-        )
+            f"{stats.low[0]}), max {stats.high[1]:.1f} (seed {stats.high[0]})")
+
+
+def grid_lines(seeds: Sequence[SeedRecord], cells: Sequence[Cell]) -> list[str]:
+    """Each setting's statistics, then the settings ranked by IQM with their ranges (a grid's closing lines)."""
+    lines, ranked = [], []
+    for k, (cell, runs) in enumerate(zip(cells, by_cell(seeds, len(cells)))):
+        stats = seed_stats(runs)
+        lines.append(f"setting {k} ({cell.label}): " + ("no seed finished with an evaluation" if stats is None
+                                                         else stats_line(stats)))
+        if stats is not None:
+            ranked.append((stats.iqm, k, stats))
+    if len(ranked) > 1:
+        ranked.sort(key=lambda x: -x[0])
+        order = "; ".join(f"{k} ({cells[k].label}) IQM {st.iqm:.1f} [{st.low[1]:.1f}, {st.high[1]:.1f}]"
+                          for _, k, st in ranked)
+        lines.append(f"settings by IQM, with each one's range over its seeds: {order}")
+        best, second = ranked[0][2], ranked[1][2]
+        if best.low[1] <= second.high[1]:
+            lines.append("the best two settings' ranges overlap: these seeds do not separate them (more seeds would)")
+    return lines
+
+
+def summary_lines(seeds: Sequence[SeedRecord], folder: Path, stopped: bool, cells: Sequence[Cell] = ()) -> list[str]:
+    """The closing lines: per run, the statistics (per setting in a grid), and what to do about runs that did
+    not finish."""
+    lines = [f"[seeds] {run_name(s, cells)}: {outcome(s)}" for s in seeds]
+    if cells:
+        lines += grid_lines(seeds, cells)
+    else:
+        stats = seed_stats(seeds)
+        if stats is not None:
+            lines.append(stats_line(stats))
     unfinished = [s for s in seeds if not s.finished]
     if unfinished:
         why = "interrupted" if stopped else "not finished"
-        lines.append(f"{why}: seeds {' '.join(str(s.seed) for s in unfinished)}; continue them (each from its newest "
-                     f"checkpoint) with python -m spreeze_like.seeds --resume {folder}")
+        which = (f"seeds {' '.join(str(s.seed) for s in unfinished)}" if not cells else
+                 f"{len(unfinished)} runs ({', '.join(run_name(s, cells) for s in unfinished[:3])}"
+                 f"{', ...' if len(unfinished) > 3 else ''})")
+        lines.append(f"{why}: {which}; continue them (each from its newest checkpoint) with python -m "
+                     f"spreeze_like.seeds --resume {folder}")
     lines.append(f"seeds folder: {folder}   (tensorboard --logdir {folder})")
     return lines
 
