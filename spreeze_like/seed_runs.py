@@ -61,6 +61,8 @@ class SeedRecord:
     env_steps: int | None = None
     wall_s: float | None = None  # the run's own, across its sessions (its curves' last row)
     line: str | None = None  # the error line of a failed or refused seed
+    reached_steps: int | None = None  # --reach X: env step of the first evaluation >= X (None: never, or no --reach)
+    reached_s: float | None = None  # ... and the run's wall time then (its curves.csv's wall_s)
     pid: int | None = None  # the run's process while it runs
     started: list[float] = field(default_factory=list)  # unix times each session started and ended
     ended: list[float] = field(default_factory=list)
@@ -218,6 +220,16 @@ def read_outcome(record: SeedRecord, run_dir: Path | None) -> None:
     rows = curves.train + curves.eval
     if rows:
         record.wall_s = max(p.wall_s for p in rows)
+
+
+def read_reach(record: SeedRecord, run_dir: Path | None, threshold: float) -> None:
+    """Fill in when the run's evaluation first reached ``threshold`` (both None when it never did)."""
+    record.reached_steps = record.reached_s = None
+    curves = _curves(run_dir)
+    for point in curves.eval if curves is not None else ():
+        if point.episode_return >= threshold:
+            record.reached_steps, record.reached_s = int(point.env_steps), float(point.wall_s)
+            return
 
 
 def latest_eval(run_dir: Path | None) -> tuple[int, float] | None:

@@ -38,6 +38,7 @@ the whole machine for one run, and concurrent probes would measure each other).
 from __future__ import annotations
 
 import json
+import math
 import signal
 import sys
 import time
@@ -55,6 +56,7 @@ from spreeze_like.seed_runs import (
     at_total_steps,
     latest_eval,
     read_outcome,
+    read_reach,
     resume_args,
     seed_dir,
 )
@@ -92,7 +94,7 @@ def _new_folder(command: SeedsCommand) -> Path:
 
 def _new_record(command: SeedsCommand) -> dict[str, Any]:
     record = {"format": FORMAT, "run_args": command.run_args, "env": command.config.env, "algo": command.config.algo,
-              "jobs": command.jobs, "created": time.time()}
+              "jobs": command.jobs, "created": time.time(), "reach": command.reach}
     if command.cells:
         # seed-major: whenever the command stops, every setting has about as many seeds done as the others
         record["cells"] = [cell.to_dict() for cell in command.cells]
@@ -118,6 +120,10 @@ def _reopen(command: SeedsCommand) -> tuple[Path, dict[str, Any]]:
     try:
         if record.get("format") != FORMAT:
             raise ValueError(f"format {record.get('format')!r}, not {FORMAT}")
+        reach = record.get("reach")
+        if reach is not None and (isinstance(reach, bool) or not isinstance(reach, (int, float))
+                                  or not math.isfinite(reach)):
+            raise ValueError(f"reach {reach!r}")
         cells = [Cell.from_dict(c) for c in record.get("cells") or []]
         for entry in record["seeds"]:
             cell = SeedRecord.from_dict(entry).cell
@@ -142,6 +148,9 @@ def _reopen(command: SeedsCommand) -> tuple[Path, dict[str, Any]]:
             if seed["status"] == "done" and (seed.get("env_steps") or 0) < command.config.total_steps:
                 seed["status"] = "waiting"
     command.override_args, command.run_args = command.run_args, list(record["run_args"])
+    if command.reach is None:  # --reach typed now replaces the saved one; else the folder's stays
+        command.reach = record.get("reach")
+    record["reach"] = command.reach
     return folder, record
 
 
@@ -183,9 +192,13 @@ class Seeds:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        self.record["summary"] = summary_record(self.seeds, self.cells)  # for scripts: no parsing
+        reach = self.command.reach
+        if reach is not None:
+            for seed in self.seeds:
+                read_reach(seed, self.folder / seed.run_dir if seed.run_dir else None, reach)
+        self.record["summary"] = summary_record(self.seeds, self.cells, reach)  # for scripts: no parsing
         self.save()
-        for line in summary_lines(self.seeds, self.folder, self.stop_signal is not None, self.cells):
+        for line in summary_lines(self.seeds, self.folder, self.stop_signal is not None, self.cells, reach):
             self.say(line)
         if self.refused is not None and self.refused.line:  # bad input: the one error line, as a run ends with
             say(self.refused.line if self.refused.line.startswith("error:") else f"error: {self.refused.line}",

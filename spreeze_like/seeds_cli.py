@@ -1,6 +1,6 @@
 """The command line of ``python -m spreeze_like.seeds``: its own flags, and the run flags it checks and passes on.
 
-Its flags are ``--seeds``, ``--vary``, ``--jobs``, ``--logdir``, ``--resume`` and ``--progress-every``; every other
+Its flags are ``--seeds``, ``--vary``, ``--reach``, ``--jobs``, ``--logdir``, ``--resume`` and ``--progress-every``; every other
 token is ``python -m spreeze_like.run``'s and is checked here once, by that command's own parser and
 the env's preset (:func:`spreeze_like.flags.parse_command_line`, :func:`spreeze_like.layering.lay_presets`),
 so that a bad value is one ``error:`` line before any folder or process exists. The run flags that
@@ -12,6 +12,7 @@ cell of the grid is checked the same way, its flags after the command's.
 from __future__ import annotations
 
 import argparse
+import math
 from dataclasses import dataclass, field
 
 from spreeze_like.autotune.hardware import usable_cores
@@ -39,6 +40,7 @@ class SeedsCommand:
     jobs_reason: str = ""
     override_args: list[str] = field(default_factory=list)  # run flags typed with --resume: every seed takes them
     cells: list[Cell] = field(default_factory=list)  # --vary: the grid's settings (none: one setting)
+    reach: float | None = None  # --reach: the evaluation return whose first crossing is reported
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,6 +57,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="compare settings: every value of the run setting NAME, each over every seed; several "
                              "--vary give their product, e.g. --vary tau=0.005,0.02 --vary batch-size=256,1024 "
                              "(hidden-sizes=64x64,256x256; a switch: prioritized=on,off)")
+    parser.add_argument("--reach", type=float, default=None, metavar="RETURN",
+                        help="also report how soon each run's evaluation first reached this return: its env steps and "
+                             "wall seconds, with their median and range per setting (default: off)")
     parser.add_argument("--jobs", default="auto", metavar="N",
                         help="seeds run at once; auto = this machine's usable cores over the busy processes of one run "
                              "(1 for --serial; samplers + 2 learners otherwise), as far as their replays fit in 80%% "
@@ -97,6 +102,8 @@ def parse_seeds_command(argv: list[str]) -> SeedsCommand:
     ns, run_args = build_parser().parse_known_args(argv)
     if ns.progress_every < 0:
         raise ConfigError("--progress-every must be >= 0 (0: no progress lines)")
+    if ns.reach is not None and not math.isfinite(ns.reach):
+        raise ConfigError(f"--reach {ns.reach}: give a finite evaluation return")
     jobs = _parse_jobs(ns.jobs)
     if ns.resume:
         if ns.vary:
@@ -107,7 +114,7 @@ def parse_seeds_command(argv: list[str]) -> SeedsCommand:
                               "without --resume)")
         _refuse_own_flags(run_args)
         return SeedsCommand([], jobs, ns.logdir, ns.resume, ns.progress_every, run_args,
-                            typed_env=_typed_env(run_args))
+                            typed_env=_typed_env(run_args), reach=ns.reach)
     if not ns.seeds:
         raise ConfigError("--seeds is required: the seeds to run, e.g. --seeds 1-5 (or --resume FOLDER)")
     seeds = parse_seed_list(ns.seeds)
@@ -120,7 +127,7 @@ def parse_seeds_command(argv: list[str]) -> SeedsCommand:
     config, dims = checked_run_config(run_args)
     configs = [cell_config(run_args, cell) for cell in cells] or [config]
     command = SeedsCommand(seeds, jobs, ns.logdir, "", ns.progress_every, run_args, config,
-                           typed_env=_typed_env(run_args), cells=cells)
+                           typed_env=_typed_env(run_args), cells=cells, reach=ns.reach)
     widest = max(configs, key=_busy)  # jobs: the cell whose runs keep the most processes busy and hold the most replay
     command.jobs, command.jobs_reason = _jobs(jobs, widest, len(seeds) * max(1, len(cells)),
                                               max(replay_bytes(c, *dims) for c in configs))

@@ -55,17 +55,55 @@ def seed_stats(seeds: Sequence[SeedRecord]) -> SeedStats | None:
     )
 
 
-def outcome(record: SeedRecord) -> str:
-    """One seed's outcome in a few words."""
+def outcome(record: SeedRecord, reach: float | None = None) -> str:
+    """One seed's outcome in a few words (with ``--reach``: when its evaluation first reached it)."""
     if record.status == "done":
         if record.final_return is None:
             return "done, no evaluation recorded"
-        return f"{record.final_return:.1f} after {record.env_steps:,} env steps"
+        text = f"{record.final_return:.1f} after {record.env_steps:,} env steps"
+        if reach is not None:
+            text += (f"; evaluation {reach:g} not reached" if record.reached_steps is None else
+                     f"; evaluation {reach:g} reached at {record.reached_steps:,} env steps, {record.reached_s:.1f} s")
+        return text
     if record.status in ("failed", "refused"):
         return f"{record.status}: {record.line}"
     if record.status == "stopped":
         return "stopped (resumable)"
     return "not started"
+
+
+@dataclass(frozen=True)
+class ReachStats:
+    """How soon the finished runs' evaluations first reached ``--reach``: medians and ranges of those that did."""
+
+    threshold: float
+    reached: int  # runs whose evaluation reached it
+    runs: int  # finished runs
+    steps_median: float | None
+    steps_range: tuple[int, int] | None
+    seconds_median: float | None
+    seconds_range: tuple[float, float] | None
+
+
+def reach_stats(seeds: Sequence[SeedRecord], threshold: float) -> ReachStats:
+    done = [s for s in seeds if s.finished]
+    hit = [s for s in done if s.reached_steps is not None and s.reached_s is not None]
+    if not hit:
+        return ReachStats(threshold, 0, len(done), None, None, None, None)
+    steps = [int(s.reached_steps) for s in hit]  # type: ignore[arg-type]
+    secs = [float(s.reached_s) for s in hit]  # type: ignore[arg-type]
+    return ReachStats(threshold, len(hit), len(done), statistics.median(steps), (min(steps), max(steps)),
+                      statistics.median(secs), (min(secs), max(secs)))
+
+
+def reach_line(stats: ReachStats) -> str:
+    head = f"evaluation {stats.threshold:g} reached by {stats.reached} of {stats.runs} finished seeds"
+    if not stats.reached:
+        return head
+    lo, hi = stats.steps_range  # type: ignore[misc]
+    slo, shi = stats.seconds_range  # type: ignore[misc]
+    return (f"{head}: env steps median {stats.steps_median:,.0f} ({lo:,}-{hi:,}), wall seconds median "
+            f"{stats.seconds_median:.1f} ({slo:.1f}-{shi:.1f}; the runs' clocks, curves.csv's wall_s)")
 
 
 def run_name(record: SeedRecord, cells: Sequence[Cell] = ()) -> str:
@@ -80,17 +118,23 @@ def by_cell(seeds: Sequence[SeedRecord], n_cells: int) -> list[list[SeedRecord]]
     return [[s for s in seeds if s.cell == k] for k in range(n_cells)]
 
 
-def summary_record(seeds: Sequence[SeedRecord], cells: Sequence[Cell] = ()) -> Any:
-    """The statistics for ``seeds.json``: one setting's as a dict (None without an evaluation); a grid's as
-    ``{"cells": [{"label": ..., "stats": dict or None}, ...]}``."""
+def summary_record(seeds: Sequence[SeedRecord], cells: Sequence[Cell] = (), reach: float | None = None) -> Any:
+    """The statistics for ``seeds.json``: one setting's as a dict (None without an evaluation; with ``--reach``
+    a ``reach`` entry too); a grid's as ``{"cells": [{"label": ..., "stats": dict or None, "reach": ...}, ...]}``."""
     if not cells:
         stats = seed_stats(seeds)
-        return None if stats is None else asdict(stats)
-    out = []
+        out: Any = None if stats is None else asdict(stats)
+        if reach is not None:
+            out = {**(out or {}), "reach": asdict(reach_stats(seeds, reach))}
+        return out
+    entries = []
     for cell, runs in zip(cells, by_cell(seeds, len(cells))):
         stats = seed_stats(runs)
-        out.append({"label": cell.label, "stats": None if stats is None else asdict(stats)})
-    return {"cells": out}
+        entry = {"label": cell.label, "stats": None if stats is None else asdict(stats)}
+        if reach is not None:
+            entry["reach"] = asdict(reach_stats(runs, reach))
+        entries.append(entry)
+    return {"cells": entries}
 
 
 def stats_line(stats: SeedStats) -> str:
@@ -99,13 +143,15 @@ def stats_line(stats: SeedStats) -> str:
             f"{stats.low[0]}), max {stats.high[1]:.1f} (seed {stats.high[0]})")
 
 
-def grid_lines(seeds: Sequence[SeedRecord], cells: Sequence[Cell]) -> list[str]:
+def grid_lines(seeds: Sequence[SeedRecord], cells: Sequence[Cell], reach: float | None = None) -> list[str]:
     """Each setting's statistics, then the settings ranked by IQM with their ranges (a grid's closing lines)."""
     lines, ranked = [], []
     for k, (cell, runs) in enumerate(zip(cells, by_cell(seeds, len(cells)))):
         stats = seed_stats(runs)
         lines.append(f"setting {k} ({cell.label}): " + ("no seed finished with an evaluation" if stats is None
                                                          else stats_line(stats)))
+        if reach is not None:
+            lines.append(f"setting {k} ({cell.label}): " + reach_line(reach_stats(runs, reach)))
         if stats is not None:
             ranked.append((stats.iqm, k, stats))
     if len(ranked) > 1:
@@ -119,16 +165,19 @@ def grid_lines(seeds: Sequence[SeedRecord], cells: Sequence[Cell]) -> list[str]:
     return lines
 
 
-def summary_lines(seeds: Sequence[SeedRecord], folder: Path, stopped: bool, cells: Sequence[Cell] = ()) -> list[str]:
+def summary_lines(seeds: Sequence[SeedRecord], folder: Path, stopped: bool, cells: Sequence[Cell] = (),
+                  reach: float | None = None) -> list[str]:
     """The closing lines: per run, the statistics (per setting in a grid), and what to do about runs that did
     not finish."""
-    lines = [f"[seeds] {run_name(s, cells)}: {outcome(s)}" for s in seeds]
+    lines = [f"[seeds] {run_name(s, cells)}: {outcome(s, reach)}" for s in seeds]
     if cells:
-        lines += grid_lines(seeds, cells)
+        lines += grid_lines(seeds, cells, reach)
     else:
         stats = seed_stats(seeds)
         if stats is not None:
             lines.append(stats_line(stats))
+        if reach is not None:
+            lines.append(reach_line(reach_stats(seeds, reach)))
     unfinished = [s for s in seeds if not s.finished]
     if unfinished:
         why = "interrupted" if stopped else "not finished"

@@ -13,10 +13,11 @@ import pytest
 from seeds.test_seeds_cli import FAST, one_error_line
 from seeds.test_seeds_runs import TINY, finish, folder_of, record, start
 from spreeze_like import seeds
+from spreeze_like.curves import read_curves
 from spreeze_like.seed_runs import SeedRecord
 from spreeze_like.seeds_cli import parse_seeds_command
 from spreeze_like.seeds_grid import Cell, parse_vary
-from spreeze_like.seeds_summary import grid_lines, summary_record
+from spreeze_like.seeds_summary import grid_lines, outcome, reach_line, reach_stats, summary_record
 
 
 def test_the_grid_is_the_product_of_the_settings_first_slowest():
@@ -93,7 +94,7 @@ def test_each_setting_is_summarised_and_ranked_and_overlaps_are_said():
 
 def test_a_grid_of_real_runs_each_with_its_setting_then_resumed_further(tmp_path):
     proc, log = start(tmp_path / "runs", "--seeds", "1", "2", "--vary", "tau=0.005,0.02", "--jobs", "2", "--serial",
-                      *TINY, "--total-steps", "600", "--eval-every", "300")
+                      *TINY, "--total-steps", "600", "--eval-every", "300", "--reach", "-100000")
     text = finish(proc, log)
     assert proc.returncode == 0, text
     folder = folder_of(tmp_path / "runs")
@@ -109,6 +110,11 @@ def test_a_grid_of_real_runs_each_with_its_setting_then_resumed_further(tmp_path
         assert f"seed {s['seed']} of setting {s['cell']} ({rec['cells'][s['cell']]['label']}): " in text
     assert "2 settings x 2 seeds (1 2) = 4 runs" in text and "settings by IQM" in text
     assert [c["stats"]["n"] for c in rec["summary"]["cells"]] == [2, 2]
+    for s in rec["seeds"]:  # every evaluation is above -100000: each run reached it at its first one
+        first = read_curves(folder / s["run_dir"]).eval[0]
+        assert (s["reached_steps"], s["reached_s"]) == (first.env_steps, pytest.approx(first.wall_s)), s
+    assert [c["reach"]["reached"] for c in rec["summary"]["cells"]] == [2, 2] and rec["reach"] == -100000
+    assert "evaluation -100000 reached by 2 of 2 finished seeds: env steps median 300 (300-300)" in text
 
     proc, log = start(tmp_path / "again", "--resume", str(folder), "--total-steps", "900")
     text = finish(proc, log)
@@ -119,3 +125,33 @@ def test_a_grid_of_real_runs_each_with_its_setting_then_resumed_further(tmp_path
     for s in rec["seeds"]:  # continued in the same run folder, with its own setting
         assert len(list((folder / s["run_dir"]).parent.glob("*__sac__*"))) == 1
         assert json.loads((folder / s["run_dir"] / "config.json").read_text())["tau"] == [0.005, 0.02][s["cell"]]
+
+
+def test_reach_says_how_soon_each_setting_got_there_and_how_many_did():
+    runs = [SeedRecord(1, status="done", final_return=-150.0, env_steps=5000, reached_steps=3000, reached_s=4.0),
+            SeedRecord(2, status="done", final_return=-140.0, env_steps=5000, reached_steps=3800, reached_s=6.5),
+            SeedRecord(3, status="done", final_return=-900.0, env_steps=5000),  # never reached it
+            SeedRecord(4, status="failed", line="exit status 1")]
+    stats = reach_stats(runs, -250.0)
+    assert (stats.reached, stats.runs, stats.steps_median, stats.steps_range) == (2, 3, 3400, (3000, 3800))
+    assert stats.seconds_median == pytest.approx(5.25) and stats.seconds_range == (4.0, 6.5)
+    assert reach_line(stats).startswith("evaluation -250 reached by 2 of 3 finished seeds: env steps median 3,400 "
+                                        "(3,000-3,800), wall seconds median 5.2")
+    assert outcome(runs[0], -250.0).endswith("evaluation -250 reached at 3,000 env steps, 4.0 s")
+    assert outcome(runs[2], -250.0).endswith("evaluation -250 not reached")
+    assert reach_line(reach_stats(runs[2:], -250.0)) == "evaluation -250 reached by 0 of 1 finished seeds"
+    summary = summary_record(runs, (), -250.0)
+    assert summary["n"] == 3 and summary["reach"]["reached"] == 2
+
+
+def test_reach_is_checked_and_a_resume_keeps_or_replaces_it(capsys, tmp_path):
+    one_error_line(capsys, ["--seeds", "1", "--reach", "nan", *FAST, "--logdir", str(tmp_path / "runs")], "--reach")
+    command = parse_seeds_command(["--seeds", "1", "--reach", "-250", *FAST, "--logdir", str(tmp_path)])
+    folder = seeds._new_folder(command)
+    (folder / seeds.RECORD_FILE).write_text(json.dumps(seeds._new_record(command)))
+    assert seeds._reopen(parse_seeds_command(["--resume", str(folder)]))[1]["reach"] == -250
+    assert seeds._reopen(parse_seeds_command(["--resume", str(folder), "--reach", "-200"]))[1]["reach"] == -200
+    record = json.loads((folder / seeds.RECORD_FILE).read_text())
+    record["reach"] = "soon"
+    (folder / seeds.RECORD_FILE).write_text(json.dumps(record))
+    one_error_line(capsys, ["--resume", str(folder)], "not a seeds record", "reach")
