@@ -161,7 +161,8 @@ def grid_lines(seeds: Sequence[SeedRecord], cells: Sequence[Cell], reach: float 
         lines.append(f"settings by IQM, with each one's range over its seeds: {order}")
         best, second = ranked[0][2], ranked[1][2]
         if best.low[1] <= second.high[1]:
-            lines.append("the best two settings' ranges overlap: these seeds do not separate them (more seeds would)")
+            lines.append("the best two settings' ranges of final returns overlap: these seeds do not separate them by "
+                         "their final returns (more seeds would)")
     return lines
 
 
