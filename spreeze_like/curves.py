@@ -108,6 +108,8 @@ class Curves:
             words.append(f"seed {self.meta['seed']}")
         if self.meta.get("env_kwargs"):  # runs of one env id with other --env-kwargs are other envs
             words.append(json.dumps(self.meta["env_kwargs"], separators=(",", ":")))
+        if self.meta.get("setting"):  # a seeds grid's setting (seeds_grid.setting_of_run; not in the file)
+            words.append(str(self.meta["setting"]))
         return " ".join(words)
 
     def train_moving_mean(self, window: int) -> list[tuple[float, int, float]]:

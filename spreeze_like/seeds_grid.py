@@ -23,9 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import re
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 
 from spreeze_like.config import TrainConfig
 from spreeze_like.config_fields import field_types, unwrap_optional
@@ -136,3 +138,17 @@ def _setting(name: str, value: str, spec: str) -> tuple[str, tuple[str, ...]]:
         layers = [x for x in re.split(r"[x\s]+", value) if x]
         return f"{flag[2:]}={'x'.join(layers)}", (flag, *layers)
     return f"{flag[2:]}={value}", (flag, value)
+
+
+def setting_of_run(run_dir: str | Path) -> str | None:
+    """The grid setting (its label) a run folder ``<seeds folder>/cell<K>_.../seed_S/<run>`` trained, read from
+    the seeds folder's ``seeds.json``; None for a run outside a grid (or a folder it cannot read)."""
+    run_dir = Path(run_dir)
+    match = re.match(r"cell(\d+)_", run_dir.parent.parent.name)
+    if match is None:
+        return None
+    try:
+        cells = json.loads((run_dir.parent.parent.parent / "seeds.json").read_text()).get("cells") or []
+        return str(cells[int(match.group(1))]["label"])
+    except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
+        return None

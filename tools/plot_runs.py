@@ -2,6 +2,7 @@
 
     python tools/plot_runs.py RUN_DIR... -o curves.png [--window 10] [--title TEXT]
     python tools/plot_runs.py runs/seeds__*/seed_*/*__* --mean -o seeds.png   # mean of the seeds, range shaded
+    python tools/plot_runs.py runs/seeds__*/cell*/seed_*/*__* --mean -o grid.png   # a --vary grid: one per setting
 
 Each RUN_DIR holds a ``curves.csv`` (:mod:`spreeze_like.curves`: our monitor writes it live; the
 benchmark writes the peers' in the same format). The figure has four panels: evaluation return
@@ -29,6 +30,7 @@ import numpy as np
 
 from spreeze_like.curves import Curves, read_curves
 from spreeze_like.errors import ConfigError, SpreezeError
+from spreeze_like.seeds_grid import setting_of_run
 
 # 12 x 8 inches at 100 dpi: 1200 x 800 pixels, tens of KB for a handful of runs (4 inches more for the
 # success-rate row of goal envs)
@@ -98,6 +100,8 @@ def group_key(run: Curves) -> str:
         words.append(str(run.meta["mode"]))
     if run.meta.get("env_kwargs"):
         words.append(json.dumps(run.meta["env_kwargs"], separators=(",", ":")))
+    if run.meta.get("setting"):  # a seeds grid's setting: each is its own group
+        words.append(str(run.meta["setting"]))
     return " ".join(words)
 
 
@@ -227,6 +231,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.window < 1:
             raise ConfigError(f"--window {args.window}: must be >= 1")
         runs = [read_curves(d) for d in args.run_dirs]
+        for run_dir, run in zip(args.run_dirs, runs):  # a seeds grid's runs: labelled and grouped by their setting
+            setting = setting_of_run(run_dir)
+            if setting:
+                run.meta["setting"] = setting
         out = plot_runs(runs, args.output, window=args.window, title=args.title, aggregate=args.mean)
     except SpreezeError as exc:
         print(f"error: {exc}", file=sys.stderr)

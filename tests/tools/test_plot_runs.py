@@ -151,3 +151,31 @@ def test_band_is_the_mean_and_range_over_the_shared_steps():
     assert (x[0], x[-1]) == (0.0, 10.0)  # the range both cover
     assert (mean[0], lo[0], hi[0]) == (5.0, 0.0, 10.0) and (mean[-1], lo[-1], hi[-1]) == (10.0, 10.0, 10.0)
     assert band([([0.0, 1.0], [0.0, 0.0]), ([2.0, 3.0], [0.0, 0.0])]) is None  # no shared range
+
+
+def test_a_seeds_grids_runs_are_grouped_and_labelled_by_their_setting(tmp_path):
+    """--mean over a --vary grid's runs: one group per setting (two colours for one system), named by the
+    setting the seeds folder's record gives each cell folder."""
+    pytest.importorskip("matplotlib", reason="tools/plot_runs.py needs matplotlib (the [plot] or [test] extra)")
+    import json
+
+    from spreeze_like.seeds_grid import setting_of_run
+
+    folder = tmp_path / "seeds__x"
+    folder.mkdir()
+    (folder / "seeds.json").write_text(json.dumps({"cells": [{"label": "tau=0.005", "args": []},
+                                                             {"label": "tau=0.02", "args": []}]}))
+    runs = []
+    for cell, lift in ((0, 0.0), (1, 60.0)):
+        for seed in (1, 2):
+            run = folder / f"cell{cell}_tau_x" / f"seed_{seed}" / f"TinyWalk-v0__sac__{seed}__1"
+            write_curves(run, {"system": "spreeze_like", "mode": "serial", "env": "TinyWalk-v0", "algo": "sac",
+                               "seed": seed},
+                         [CurvePoint("eval", 1.0 * i, 50 * i, float(i) + lift + seed, 2) for i in range(1, 5)])
+            runs.append(str(run))
+    assert [setting_of_run(r) for r in runs] == ["tau=0.005", "tau=0.005", "tau=0.02", "tau=0.02"]
+    assert setting_of_run(tmp_path / "seed_1" / "run") is None  # not in a grid
+    out = tmp_path / "grid.png"
+    done = _plot(*runs, "--mean", "-o", str(out))
+    assert done.returncode == 0, done.stderr
+    assert _pixels_near(out, BLUE) > 100 and _pixels_near(out, ORANGE) > 100  # two settings, two groups
