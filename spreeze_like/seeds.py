@@ -15,8 +15,11 @@ seed's status, run folder and outcome: rewritten atomically at each change), and
 ``--vary NAME=V1,V2`` (:mod:`spreeze_like.seeds_grid`) compares settings: every value (every cell of
 the product of several ``--vary``) runs with every seed, started seed by seed so that a stop leaves
 the settings with about as many seeds each; each cell's runs live in ``cell<K>_<label>/seed_S/``,
-``seeds.json`` names the cells, and the closing lines give each setting's statistics and rank them. ``tensorboard --logdir <folder>`` shows every seed,
-``python tools/plot_runs.py <folder>/seed_*/*__* --mean -o seeds.png`` draws their mean and range.
+``seeds.json`` names the cells, and the closing lines give each setting's statistics and rank them.
+``--reach RETURN`` adds how soon each run's evaluation first reached RETURN.
+
+``tensorboard --logdir <folder>`` shows every seed, ``python tools/plot_runs.py <folder>/seed_*/*__*
+--mean -o seeds.png`` draws their mean and range (``<folder>/cell*/seed_*/*__*``: one per setting).
 
 Stops: Ctrl-C or SIGTERM starts no further seed and is passed on once to every running seed, which
 stops in order as a single run does (checkpoint, then exit); a second one forces, as for a run.
@@ -88,12 +91,12 @@ def run(argv: list[str]) -> int:
 
 
 def _new_folder(command: SeedsCommand) -> Path:
-    name = f"seeds__{safe_name(command.config.env)}__{command.config.algo}__{int(time.time())}"
+    name = f"seeds__{safe_name(command.config.env)}__{safe_name(command.algo)}__{int(time.time())}"
     return new_unique_folder(Path(command.logdir), name, "a seeds folder")
 
 
 def _new_record(command: SeedsCommand) -> dict[str, Any]:
-    record = {"format": FORMAT, "run_args": command.run_args, "env": command.config.env, "algo": command.config.algo,
+    record = {"format": FORMAT, "run_args": command.run_args, "env": command.config.env, "algo": command.algo,
               "jobs": command.jobs, "created": time.time(), "reach": command.reach}
     if command.cells:
         # seed-major: whenever the command stops, every setting has about as many seeds done as the others
@@ -133,6 +136,10 @@ def _reopen(command: SeedsCommand) -> tuple[Path, dict[str, Any]]:
     except (ValueError, KeyError, TypeError, AttributeError) as exc:
         raise ConfigError(f"{what}: {path} is not a seeds record this version can continue ({exc})") from None
     env = run_config(saved_args).env  # from the saved flags (and a --config file they name), not the header
+    for cell in cells:  # a cell's flags are data too: the env they would make must be the folder's
+        if run_config([*saved_args, *cell.args]).env != env:
+            raise ConfigError(f"{what}: its setting {cell.label!r} would change the env; it is not a grid this "
+                              "command made (--vary never varies --env)")
     if command.typed_env is not None and command.typed_env != env:
         raise ConfigError(f"{what}: its seeds train {env}; --env {command.typed_env} would mix envs in one experiment "
                           "(start a new folder for another env)")

@@ -41,6 +41,7 @@ class SeedsCommand:
     override_args: list[str] = field(default_factory=list)  # run flags typed with --resume: every seed takes them
     cells: list[Cell] = field(default_factory=list)  # --vary: the grid's settings (none: one setting)
     reach: float | None = None  # --reach: the evaluation return whose first crossing is reported
+    algo: str = ""  # the runs' algorithm, for the folder name and header ("sac/crossq" where --vary varies it)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -127,7 +128,8 @@ def parse_seeds_command(argv: list[str]) -> SeedsCommand:
     config, dims = checked_run_config(run_args)
     configs = [cell_config(run_args, cell) for cell in cells] or [config]
     command = SeedsCommand(seeds, jobs, ns.logdir, "", ns.progress_every, run_args, config,
-                           typed_env=_typed_env(run_args), cells=cells, reach=ns.reach)
+                           typed_env=_typed_env(run_args), cells=cells, reach=ns.reach,
+                           algo="/".join(dict.fromkeys(c.algo for c in configs)))
     widest = max(configs, key=_busy)  # jobs: the cell whose runs keep the most processes busy and hold the most replay
     command.jobs, command.jobs_reason = _jobs(jobs, widest, len(seeds) * max(1, len(cells)),
                                               max(replay_bytes(c, *dims) for c in configs))

@@ -74,6 +74,17 @@ def test_a_resumed_folder_keeps_its_grid(capsys, tmp_path):
               "seeds": [SeedRecord(1, cell=1).to_dict()]}  # names a setting the folder does not have
     (folder / seeds.RECORD_FILE).write_text(json.dumps(record))
     one_error_line(capsys, ["--resume", str(folder)], "not a seeds record", "setting 1 of 1")
+    # a folder is data: a cell whose flags would make another env (a module to import) is not run
+    record["cells"].append(Cell("tau=0.02", ("--env", "trainer.tiny_envs:TinyWalk-v0")).to_dict())
+    (folder / seeds.RECORD_FILE).write_text(json.dumps(record))
+    one_error_line(capsys, ["--resume", str(folder)], "would change the env")
+
+
+def test_a_grid_over_algorithms_names_them_all(tmp_path):
+    command = parse_seeds_command(["--seeds", "1", "--vary", "algo=sac,td3", *FAST, "--logdir", str(tmp_path)])
+    assert command.algo == "sac/td3" and seeds._new_record(command)["algo"] == "sac/td3"
+    assert seeds._new_folder(command).name.startswith("seeds__Pendulum-v1__sac_td3__")
+    assert parse_seeds_command(["--seeds", "1", *FAST]).algo == "sac"
 
 
 def test_each_setting_is_summarised_and_ranked_and_overlaps_are_said():
