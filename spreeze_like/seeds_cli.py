@@ -62,7 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="also report how soon each run's evaluation first reached this return: its env steps and "
                              "wall seconds, with their median and range per setting (default: off)")
     parser.add_argument("--jobs", default="auto", metavar="N",
-                        help="seeds run at once; auto = this machine's usable cores over the busy processes of one run "
+                        help="runs at once (each seed, of each --vary setting); auto = this machine's usable cores "
+                             "over the busy processes of one run "
                              "(1 for --serial; samplers + 2 learners otherwise), as far as their replays fit in 80%% "
                              "of the free memory (/dev/shm for parallel runs); 1 with --autotune (default: auto)")
     parser.add_argument("--logdir", default="runs", metavar="DIR",
