@@ -154,6 +154,8 @@ def grid_lines(seeds: Sequence[SeedRecord], cells: Sequence[Cell], reach: float 
             lines.append(f"setting {k} ({cell.label}): " + reach_line(reach_stats(runs, reach)))
         if stats is not None:
             ranked.append((stats.iqm, k, stats))
+    if reach is not None:
+        lines += reach_ranking(seeds, cells, reach)
     if len(ranked) > 1:
         ranked.sort(key=lambda x: -x[0])
         order = "; ".join(f"{k} ({cells[k].label}) IQM {st.iqm:.1f} [{st.low[1]:.1f}, {st.high[1]:.1f}]"
@@ -163,6 +165,24 @@ def grid_lines(seeds: Sequence[SeedRecord], cells: Sequence[Cell], reach: float 
         if best.low[1] <= second.high[1]:
             lines.append("the best two settings' ranges of final returns overlap: these seeds do not separate them by "
                          "their final returns (more seeds would)")
+    return lines
+
+
+def reach_ranking(seeds: Sequence[SeedRecord], cells: Sequence[Cell], reach: float) -> list[str]:
+    """The settings that got to ``reach``, soonest first by median env steps (more seeds there first), and
+    whether the soonest two are separated: every seed of the first sooner than every seed of the second."""
+    got = [(k, st) for k, runs in enumerate(by_cell(seeds, len(cells)))
+           if (st := reach_stats(runs, reach)).reached]
+    if len(got) < 2:
+        return []
+    got.sort(key=lambda x: (-x[1].reached / max(x[1].runs, 1), x[1].steps_median))
+    order = "; ".join(f"{k} ({cells[k].label}) {st.steps_median:,.0f} [{st.steps_range[0]:,}-{st.steps_range[1]:,}], "
+                      f"{st.reached} of {st.runs}" for k, st in got)  # type: ignore[index]
+    lines = [f"settings by env steps to evaluation {reach:g} (median [range], seeds that got there): {order}"]
+    (first, a), (second, b) = got[0], got[1]
+    apart = a.reached == a.runs and a.steps_range[1] < b.steps_range[0]  # type: ignore[index]
+    lines.append(f"every seed of setting {first} got there sooner than every seed of setting {second}" if apart else
+                 f"the soonest two settings' seeds overlap in env steps to {reach:g}: these seeds do not separate them")
     return lines
 
 

@@ -166,3 +166,17 @@ def test_reach_is_checked_and_a_resume_keeps_or_replaces_it(capsys, tmp_path):
     record["reach"] = "soon"
     (folder / seeds.RECORD_FILE).write_text(json.dumps(record))
     one_error_line(capsys, ["--resume", str(folder)], "not a seeds record", "reach")
+
+
+def test_a_grid_with_reach_ranks_the_settings_by_how_soon_they_got_there():
+    cells = [Cell("tau=0.005", ()), Cell("tau=0.02", ()), Cell("tau=0.1", ())]
+    rows = [(0, 4000), (0, 3500), (1, 2500), (1, 3000), (2, None), (2, None)]
+    runs = [SeedRecord(seed, status="done", cell=cell, final_return=-150.0, env_steps=5000, reached_steps=steps,
+                       reached_s=None if steps is None else steps / 500)
+            for seed, (cell, steps) in enumerate(rows)]
+    lines = grid_lines(runs, cells, -200.0)
+    ranking = next(line for line in lines if line.startswith("settings by env steps"))
+    assert ranking.endswith("1 (tau=0.02) 2,750 [2,500-3,000], 2 of 2; 0 (tau=0.005) 3,750 [3,500-4,000], 2 of 2")
+    assert "every seed of setting 1 got there sooner than every seed of setting 0" in lines
+    runs[3].reached_steps = 3600  # now a seed of setting 1 is later than one of setting 0
+    assert any("do not separate them" in line and "env steps" in line for line in grid_lines(runs, cells, -200.0))
