@@ -1,7 +1,7 @@
 """The command line of ``python -m spreeze_like.seeds``: its own flags, and the run flags it checks and passes on.
 
-Its flags are ``--seeds``, ``--vary``, ``--reach``, ``--jobs``, ``--logdir``, ``--resume`` and ``--progress-every``; every other
-token is ``python -m spreeze_like.run``'s and is checked here once, by that command's own parser and
+Its flags are ``--seeds``, ``--vary``, ``--reach``, ``--jobs``, ``--logdir``, ``--resume`` and
+``--progress-every``; every other token is ``python -m spreeze_like.run``'s and is checked here once, by that command's own parser and
 the env's preset (:func:`spreeze_like.flags.parse_command_line`, :func:`spreeze_like.layering.lay_presets`),
 so that a bad value is one ``error:`` line before any folder or process exists. The run flags that
 the seeds command sets itself (``--seed``, ``--logdir``, ``--resume``) or that train nothing
