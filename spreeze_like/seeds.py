@@ -140,6 +140,11 @@ def _reopen(command: SeedsCommand) -> tuple[Path, dict[str, Any]]:
         if run_config([*saved_args, *cell.args]).env != env:
             raise ConfigError(f"{what}: its setting {cell.label!r} would change the env; it is not a grid this "
                               "command made (--vary never varies --env)")
+    varied = {_flag_name(t) for cell in cells for t in cell.args if t.startswith("--")}
+    typed = sorted(varied & {_flag_name(t) for t in command.run_args if t.startswith("--")})
+    if typed:  # it would reach every run of every setting alike: the grid would compare nothing there
+        raise ConfigError(f"{what}: its grid varies {', '.join(typed)}; typed now it would give every setting the "
+                          "same value (start a new folder to compare other values)")
     if command.typed_env is not None and command.typed_env != env:
         raise ConfigError(f"{what}: its seeds train {env}; --env {command.typed_env} would mix envs in one experiment "
                           "(start a new folder for another env)")
@@ -159,6 +164,12 @@ def _reopen(command: SeedsCommand) -> tuple[Path, dict[str, Any]]:
         command.reach = record.get("reach")
     record["reach"] = command.reach
     return folder, record
+
+
+def _flag_name(token: str) -> str:
+    """``--no-prioritized`` and ``--prioritized=x`` -> ``--prioritized``: the setting a run flag token sets."""
+    flag = token.split("=", 1)[0]
+    return "--" + flag[5:] if flag.startswith("--no-") else flag
 
 
 class Seeds:

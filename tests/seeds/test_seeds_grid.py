@@ -80,6 +80,17 @@ def test_a_resumed_folder_keeps_its_grid(capsys, tmp_path):
     one_error_line(capsys, ["--resume", str(folder)], "would change the env")
 
 
+def test_a_resume_refuses_a_flag_its_grid_varies(capsys, tmp_path):
+    """Flags typed with --resume reach every run: one the grid varies would give every setting its value."""
+    command = parse_seeds_command(["--seeds", "1", "--vary", "prioritized=on,off", "--vary", "tau=0.01,0.02",
+                                   *FAST, "--logdir", str(tmp_path)])
+    folder = seeds._new_folder(command)
+    (folder / seeds.RECORD_FILE).write_text(json.dumps(seeds._new_record(command)))
+    one_error_line(capsys, ["--resume", str(folder), "--tau", "0.03"], "its grid varies --tau")
+    one_error_line(capsys, ["--resume", str(folder), "--no-prioritized"], "its grid varies --prioritized")
+    assert seeds._reopen(parse_seeds_command(["--resume", str(folder), "--total-steps", "2000"]))[1]
+
+
 def test_a_grid_over_algorithms_names_them_all(tmp_path):
     command = parse_seeds_command(["--seeds", "1", "--vary", "algo=sac,td3", *FAST, "--logdir", str(tmp_path)])
     assert command.algo == "sac/td3" and seeds._new_record(command)["algo"] == "sac/td3"
