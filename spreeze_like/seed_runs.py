@@ -39,6 +39,7 @@ from spreeze_like.curves import Curves, read_curves
 from spreeze_like.errors import SpreezeError
 from spreeze_like.ipc.lifetime import LAUNCHER_ENV
 
+RECORD_FILE = "seeds.json"  # a seeds folder's record (spreeze_like.seeds)
 CONSOLE_LOG = "console.log"
 CONFIG_FILE = "config.json"
 

@@ -53,6 +53,7 @@ from spreeze_like.console import exit_status, say
 from spreeze_like.errors import ConfigError
 from spreeze_like.rundir import RunFolderLock, new_unique_folder, safe_name, write_json_atomic
 from spreeze_like.seed_runs import (
+    RECORD_FILE,
     STATUSES,
     SeedRecord,
     SeedRun,
@@ -64,11 +65,10 @@ from spreeze_like.seed_runs import (
     seed_dir,
 )
 from spreeze_like.seeds_cli import SeedsCommand, checked_run_config, parse_seeds_command, run_config
-from spreeze_like.seeds_grid import Cell
+from spreeze_like.seeds_grid import Cell, flag_setting, varied_flags
 from spreeze_like.seeds_summary import exit_code, run_name, summary_lines, summary_record
 from spreeze_like.write_guard import WriteGuard
 
-RECORD_FILE = "seeds.json"
 FORMAT = "spreeze-seeds/1"
 
 
@@ -140,8 +140,7 @@ def _reopen(command: SeedsCommand) -> tuple[Path, dict[str, Any]]:
         if run_config([*saved_args, *cell.args]).env != env:
             raise ConfigError(f"{what}: its setting {cell.label!r} would change the env; it is not a grid this "
                               "command made (--vary never varies --env)")
-    varied = {_flag_name(t) for cell in cells for t in cell.args if t.startswith("--")}
-    typed = sorted(varied & {_flag_name(t) for t in command.run_args if t.startswith("--")})
+    typed = sorted(varied_flags(cells) & {flag_setting(t) for t in command.run_args if t.startswith("--")})
     if typed:  # it would reach every run of every setting alike: the grid would compare nothing there
         raise ConfigError(f"{what}: its grid varies {', '.join(typed)}; typed now it would give every setting the "
                           "same value (start a new folder to compare other values)")
@@ -164,12 +163,6 @@ def _reopen(command: SeedsCommand) -> tuple[Path, dict[str, Any]]:
         command.reach = record.get("reach")
     record["reach"] = command.reach
     return folder, record
-
-
-def _flag_name(token: str) -> str:
-    """``--no-prioritized`` and ``--prioritized=x`` -> ``--prioritized``: the setting a run flag token sets."""
-    flag = token.split("=", 1)[0]
-    return "--" + flag[5:] if flag.startswith("--no-") else flag
 
 
 class Seeds:

@@ -33,6 +33,7 @@ from spreeze_like.config import TrainConfig
 from spreeze_like.config_fields import field_types, unwrap_optional
 from spreeze_like.errors import ConfigError
 from spreeze_like.rundir import safe_name
+from spreeze_like.seed_runs import RECORD_FILE
 
 MAX_CELLS = 64
 NOT_VARIED = {
@@ -118,9 +119,20 @@ def _flag(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+def flag_setting(token: str) -> str:
+    """The setting a run flag token sets, as its flag: ``--no-prioritized`` and ``--tau=0.1`` -> ``--prioritized``,
+    ``--tau``; not a flag (a value): the token itself."""
+    flag = token.split("=", 1)[0]
+    return "--" + flag[5:] if flag.startswith("--no-") else flag
+
+
+def varied_flags(cells: list[Cell]) -> set[str]:
+    """The flags a grid's cells set (see :func:`flag_setting`)."""
+    return {flag_setting(t) for cell in cells for t in cell.args if t.startswith("--")}
+
+
 def _refuse_typed(name: str, run_args: list[str], spec: str) -> None:
-    flags = {_flag(name), "--no-" + _flag(name)[2:]}
-    if any(token.split("=", 1)[0] in flags for token in run_args):
+    if any(flag_setting(token) == _flag(name) for token in run_args if token.startswith("--")):
         raise ConfigError(f"--vary {spec}: {_flag(name)} is also typed as a run flag; give it in one place")
 
 
@@ -148,7 +160,7 @@ def setting_of_run(run_dir: str | Path) -> str | None:
     if match is None:
         return None
     try:
-        cells = json.loads((run_dir.parent.parent.parent / "seeds.json").read_text()).get("cells") or []
+        cells = json.loads((run_dir.parent.parent.parent / RECORD_FILE).read_text()).get("cells") or []
         return str(cells[int(match.group(1))]["label"])
     except (OSError, ValueError, KeyError, IndexError, TypeError, AttributeError):
         return None

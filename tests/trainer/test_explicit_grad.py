@@ -153,3 +153,13 @@ def test_config_refuses_explicit_where_it_does_not_apply(algo, expected):
             config.resolve()
     with pytest.raises(ConfigError, match="in fp32"):
         dataclasses.replace(config, algo="sac", precision="bf16").resolve()
+
+
+def test_the_config_knows_which_algorithms_have_an_explicit_step():
+    """``config.EXPLICIT_ALGOS`` (which the precision rule reads without building networks) is the list of the
+    algorithms whose halves both have an ``explicit_step``."""
+    from spreeze_like.config import ALGOS, EXPLICIT_ALGOS
+
+    have = [a for a in ALGOS if make_critic_part(spec(a, 3, 1, (8,)), "cpu").explicit_step is not None
+            and make_actor_part(spec(a, 3, 1, (8,)), "cpu").explicit_step is not None]
+    assert tuple(have) == EXPLICIT_ALGOS
