@@ -45,7 +45,12 @@ DEFAULT_POLICY_DELAY = {"td3": 2, "crossq": 3}
 
 PRECISIONS = ("auto", "fp32", "bf16")
 LEARNER_STEPS = ("auto", "eager", "explicit", "cuda-graph", "compiled-graph")  # algos/graphed.py
-EXPLICIT_ALGOS = ("sac", "td3", "ddpg")  # those with an explicit_step (algos/explicit_grad.py); CrossQ has none
+EXPLICIT_ALGOS = ("sac", "td3", "ddpg", "crossq")  # those with an explicit_step (algos/explicit_grad.py, explicit_renorm.py)
+# Those whose explicit fp32 step keeps beating bf16 autocast up to devices.BF16_MIN_WORK_EXPLICIT. CrossQ's explicit
+# critic step, which runs three times as often as its actor's, broke even with bf16 at devices.BF16_MIN_WORK already
+# (tools/bench_precision.py, 2026-11-29: 0.92-0.97x at 256@128, 1.08x at 128@512, 1.16x at 256@160), so its bf16
+# starts where it did with autograd's step.
+BF16_LATE_ALGOS = ("sac", "td3", "ddpg")
 DEVICE_REPLAY = ("auto", "on", "off")  # roles/batches.py
 # --n-step's bound: past a few dozen steps the off-policy bias of uncorrected n-step returns dominates, and each
 # truncated episode drops N - 1 of its steps (roles/nstep.py); 100 only catches a typo
@@ -189,13 +194,13 @@ class TrainConfig:
         "learner arithmetic: fp32; bf16 = bfloat16 autocast of the hidden layers (heads, weights and Adam stay "
         "fp32); auto = bf16 on a CPU learner when the CPU multiplies bf16 natively (avx512_bf16/AMX) and the update is "
         "large enough to gain (batch x widest layer^2 >= 16.8 M for SAC/TD3/DDPG, whose fp32 update is the explicit step, "
-        "e.g. 256x256 at batch 256; >= 8.4 M for CrossQ), else fp32",
+        "e.g. 256x256 at batch 256; >= 8.4 M for CrossQ, whose explicit critic step ties with bf16 there), else fp32",
         choices=PRECISIONS,
     )
     learner_step: str = _f(
         "auto", "how a learner runs its update: cuda-graph (captured once, replayed: no per-kernel launch cost), "
         "compiled-graph (torch.compile'd, then captured: fewer kernels, tens of seconds to compile), explicit (CPU, "
-        "fp32, SAC/TD3/DDPG: the backward pass written out by hand, no autograd graph; the same update), eager "
+        "fp32: the backward pass written out by hand, no autograd graph; the same update), eager "
         "(autograd); auto = cuda-graph on a GPU learner, explicit on a CPU one where it applies, else eager",
         choices=LEARNER_STEPS,
     )
@@ -348,10 +353,10 @@ class TrainConfig:
         return self.utd / (1 + self.her_goals)
 
     @property
-    def explicit_fp32(self) -> bool:
-        """Whether this run's fp32 CPU update would be the explicit step (algos/explicit_grad.py): where bf16
-        starts to pay depends on it (devices.bf16_min_work)."""
-        return self.algo in EXPLICIT_ALGOS and self.learner_step in ("auto", "explicit")
+    def bf16_starts_late(self) -> bool:
+        """Whether this run's fp32 CPU update would be an explicit step that beats bf16 up to larger updates
+        (``BF16_LATE_ALGOS``; devices.bf16_min_work)."""
+        return self.algo in BF16_LATE_ALGOS and self.learner_step in ("auto", "explicit")
 
     @property
     def widest_hidden(self) -> int:
@@ -374,7 +379,7 @@ class TrainConfig:
         # --learner-step explicit asks for fp32 outright
         precision = resolve_precision("fp32" if self.learner_step == "explicit" and self.precision == "auto"
                                       else self.precision, (actor_device, critic_device),
-                                      update=(self.batch_size, self.widest_hidden), explicit=self.explicit_fp32)
+                                      update=(self.batch_size, self.widest_hidden), explicit=self.bf16_starts_late)
         if self.learner_step in ("cuda-graph", "compiled-graph") and not all(
                 d.startswith("cuda") for d in (actor_device, critic_device)):
             raise ConfigError(f"--learner-step {self.learner_step} needs both learners on CUDA (actor "

@@ -127,10 +127,10 @@ class _Part:
 
     def explicit_ok(self) -> bool:
         """Whether ``explicit_step`` can replace ``step`` here: the algorithm has one, on the CPU, in fp32, with
-        the stacked :class:`~spreeze_like.algos.networks.Critic` whose layers the chains read (a benchmark may
+        the algorithm's own stacked critic (``critic_class``), whose layers the chains read (a benchmark may
         build another)."""
         return (self.explicit_step is not None and self.device.type == "cpu" and not self.bf16
-                and isinstance(self.critic, Critic))
+                and isinstance(self.critic, critic_class(self.spec.algo)))
 
     @cached_property
     def explicit_critic(self) -> list[Chain]:

@@ -57,9 +57,13 @@ host-side branch and advances ``updates`` by one. Owns no process or shared reso
 
 from __future__ import annotations
 
+from functools import cached_property
+
 import torch
 
 from spreeze_like.algos.base import AlgoSpec, Batch, q_report, weighted_mse
+from spreeze_like.algos.explicit_grad import q_forward, q_regression_grads
+from spreeze_like.algos.explicit_renorm import RenormChain, renorm_chains, stash_batch_statistics
 from spreeze_like.algos.sac import SACActor, SACCritic
 
 CROSSQ_BETAS = (0.5, 0.999)
@@ -71,7 +75,6 @@ class CrossQCritic(SACCritic):
 
     has_critic_target = False
     adam_betas = CROSSQ_BETAS
-    explicit_step = None  # batch renormalisation has no hand-written backward: autograd's step everywhere
 
     def __init__(self, spec: AlgoSpec, device: str) -> None:
         super().__init__(spec, device)
@@ -119,12 +122,45 @@ class CrossQCritic(SACCritic):
         metrics.update(alpha=alpha, alpha_loss=alpha_loss.detach())
         return td_errors, metrics
 
+    @torch.no_grad()
+    def explicit_step(self, b: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """:meth:`step` with its gradients written out (``explicit_renorm.py``): the same update on the CPU.
+        The loss reads the current half of the joint batch, so dL/dQ of the next half's rows is zero; their
+        gradient still reaches the weights through the batch statistics (the batch norm's backward)."""
+        alpha = self.log_alpha.exp()
+        n = b.obs.shape[0]
+        next_actions, next_log_pi = self.actor.sample(b.next_obs, self.generator)
+        chains = self.explicit_critic
+        qf_all, acts = q_forward(chains, torch.cat([b.obs, b.next_obs]), torch.cat([b.action, next_actions]))
+        qf_a_values = qf_all[:, :n]
+        min_qf_next = qf_all[:, n:].amin(0) - alpha * next_log_pi
+        next_q_value = b.reward + (1.0 - b.terminated) * self.spec.bootstrap_gamma * min_qf_next
+        qf_losses = q_regression_grads(chains, acts, qf_a_values, next_q_value, b.weights, extra_rows=n)
+        stash_batch_statistics(chains)
+        self.log_alpha.grad = next_log_pi.mean().add_(self.target_entropy).neg().reshape(1)  # as SAC's
+        alpha_loss = self.log_alpha[0] * self.log_alpha.grad[0]
+        self.q_optimizer.step()
+        found = self.q_optimizer.found_inf
+        self.critic.commit_statistics(None if found is None else found == 0)
+        self.updates += 1
+        td_errors, metrics = q_report(qf_a_values, next_q_value, qf_losses)
+        metrics.update(alpha=alpha, alpha_loss=alpha_loss)
+        return td_errors, metrics
+
+    @cached_property
+    def explicit_critic(self) -> list[RenormChain]:
+        return renorm_chains(self.critic)
+
 
 class CrossQActor(SACActor):
-    """SAC's squashed-Gaussian policy, trained against an eval-mode copy of the CrossQ critic."""
+    """SAC's squashed-Gaussian policy, trained against an eval-mode copy of the CrossQ critic. SAC's
+    ``explicit_step`` serves it: its critic chains are this copy's, in eval mode (``explicit_renorm.py``)."""
 
     adam_betas = CROSSQ_BETAS
-    explicit_step = None  # SAC's reads a stacked critic's chains; this copy is batch-renormalised
+
+    @cached_property
+    def explicit_critic(self) -> list[RenormChain]:
+        return renorm_chains(self.critic)
 
     def __init__(self, spec: AlgoSpec, device: str) -> None:
         super().__init__(spec, device)

@@ -125,9 +125,10 @@ def q_forward(chains: Sequence[Chain], obs: torch.Tensor, action: torch.Tensor) 
 
 
 def q_regression_grads(chains: Sequence[Chain], acts: list, q: torch.Tensor, target: torch.Tensor,
-                       weights: torch.Tensor | None) -> torch.Tensor:
+                       weights: torch.Tensor | None, extra_rows: int = 0) -> torch.Tensor:
     """Gradients of ``sum_i weighted_mse(Q_i, target)`` (``base.weighted_mse``) written into the critic's
-    ``.grad``; returns the losses ``[n]``. ``d/dQ_i = 2 w (Q_i - target) / B`` per row."""
+    ``.grad``; returns the losses ``[n]``. ``d/dQ_i = 2 w (Q_i - target) / B`` per row. ``extra_rows``: the
+    chains ran ``B + extra_rows`` rows, the loss reads the first ``B`` (CrossQ's joint batch)."""
     diff = q - target
     n_rows = q.shape[-1]
     # 2 * diff first, as autograd's pow backward takes it: a diff past float32's max / 2 (diverged learning)
@@ -139,6 +140,8 @@ def q_regression_grads(chains: Sequence[Chain], acts: list, q: torch.Tensor, tar
     else:
         losses = (weights * diff.square()).mean(-1)
         g.mul_(weights / n_rows)
+    if extra_rows:
+        g = torch.cat([g, g.new_zeros(len(g), extra_rows)], dim=1)
     for chain, a, g_i in zip(chains, acts, g):
         chain.backward(a, g_i.unsqueeze(-1))
     return losses

@@ -267,9 +267,9 @@ def _small_update_precision(plan: Plan, config: Any, choose: Any, user: bool) ->
     if user or plan.value("precision") != "bf16":
         return
     batch, widest = int(plan.value("batch_size")), config.widest_hidden
-    if bf16_pays(batch, widest, explicit=config.explicit_fp32):
+    if bf16_pays(batch, widest, explicit=config.bf16_starts_late):
         return
-    floor = bf16_min_work(config.explicit_fp32)
+    floor = bf16_min_work(config.bf16_starts_late)
     choose("precision", "fp32", f"batch {batch} x widest layer {widest}^2 = {batch * widest * widest:,} is under "
            f"{floor:,}: bf16 autocast costs more than it saves at this size (the probe timed this batch in "
            "fp32 too)")

@@ -99,11 +99,11 @@ def _measure_point(spec: AlgoSpec, device: str, batch_size: int, budget_s: float
 def at_batch(spec: AlgoSpec, batch_size: int) -> AlgoSpec:
     """``spec`` in the arithmetic a run's ``--precision auto`` gives this batch: a bf16 curve (a CPU with native
     bf16) runs the batches too small for bf16 to pay in fp32, so each point's rate is the rate a run gets."""
-    from spreeze_like.config import EXPLICIT_ALGOS
+    from spreeze_like.config import BF16_LATE_ALGOS
     from spreeze_like.devices import bf16_pays
 
     widest = max((*spec.hidden_sizes, *spec.critic_widths), default=1)
-    if spec.precision == "bf16" and not bf16_pays(batch_size, widest, explicit=spec.algo in EXPLICIT_ALGOS):
+    if spec.precision == "bf16" and not bf16_pays(batch_size, widest, explicit=spec.algo in BF16_LATE_ALGOS):
         return dataclasses.replace(spec, precision="fp32")
     return spec
 

@@ -37,8 +37,10 @@ def batch(obs_dim: int, act_dim: int, seed: int, weighted: bool, n: int = 48) ->
     )
 
 
-def assert_same_state(reference, explicit) -> None:
-    """Every module's parameters and buffers, every optimiser moment and the extra tensors (log_alpha) agree."""
+def assert_same_state(reference, explicit, moment_atol: float = 1e-9) -> None:
+    """Every module's parameters and buffers, every optimiser moment and the extra tensors (log_alpha) agree.
+    ``moment_atol``: the moments' absolute tolerance (a batch norm's bias gradient, a sum over the rows, has
+    entries near zero whose rounding no relative tolerance covers)."""
     for name, module in reference.modules.items():
         for (key, a), (_, b) in zip(module.state_dict().items(), explicit.modules[name].state_dict().items()):
             torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6, msg=f"{name}.{key}")
@@ -46,7 +48,7 @@ def assert_same_state(reference, explicit) -> None:
         theirs = explicit.optimizers[name].state_dict()["state"]
         for index, state in optimizer.state_dict()["state"].items():
             for key in ("exp_avg", "exp_avg_sq", "step"):
-                torch.testing.assert_close(theirs[index][key], state[key], rtol=1e-5, atol=1e-9,
+                torch.testing.assert_close(theirs[index][key], state[key], rtol=1e-5, atol=moment_atol,
                                            msg=f"{name}[{index}].{key}")
     for name, t in reference.tensors.items():
         torch.testing.assert_close(explicit.tensors[name], t, rtol=1e-5, atol=1e-6, msg=name)
@@ -123,11 +125,16 @@ def test_ties_in_the_smaller_q_share_the_gradient_as_autograd_does():
 
 
 def test_where_the_explicit_step_applies():
-    assert make_critic_part(spec("sac", 3, 1, (8,)), "cpu").explicit_ok()
-    assert not make_critic_part(spec("crossq", 3, 1, (8,)), "cpu").explicit_ok()
-    assert not make_actor_part(spec("crossq", 3, 1, (8,)), "cpu").explicit_ok()
-    bf16 = AlgoSpec(algo="sac", obs_dim=3, act_dim=1, hidden_sizes=(8,), precision="bf16")
-    assert not make_actor_part(bf16, "cpu").explicit_ok()
+    for algo in ("sac", "crossq"):
+        assert make_critic_part(spec(algo, 3, 1, (8,)), "cpu").explicit_ok()
+        assert make_actor_part(spec(algo, 3, 1, (8,)), "cpu").explicit_ok()
+        bf16 = AlgoSpec(algo=algo, obs_dim=3, act_dim=1, hidden_sizes=(8,), precision="bf16")
+        assert not make_actor_part(bf16, "cpu").explicit_ok()
+        assert not make_critic_part(bf16, "cpu").explicit_ok()
+    # a critic the algorithm does not build (a benchmark's): the chains would read the wrong layers
+    sac_with_crossq_critic = make_critic_part(spec("sac", 3, 1, (8,)), "cpu")
+    sac_with_crossq_critic.critic = make_critic_part(spec("crossq", 3, 1, (8,)), "cpu").critic
+    assert not sac_with_crossq_critic.explicit_ok()
 
 
 def test_step_modes_on_the_cpu():
@@ -139,20 +146,16 @@ def test_step_modes_on_the_cpu():
         resolve_step_mode("explicit", "cpu", explicit_ok=False)
 
 
-@pytest.mark.parametrize("algo, expected", [("sac", None), ("ddpg", None), ("crossq", "needs SAC, TD3, DDPG")])
-def test_config_refuses_explicit_where_it_does_not_apply(algo, expected):
+@pytest.mark.parametrize("algo", ["sac", "ddpg", "crossq"])
+def test_config_refuses_explicit_where_it_does_not_apply(algo):
     import dataclasses
 
     from spreeze_like.config import TrainConfig
 
     config = dataclasses.replace(TrainConfig(), algo=algo, learner_step="explicit", precision="fp32")
-    if expected is None:
-        assert config.resolve().learner_step == "explicit"
-    else:
-        with pytest.raises(ConfigError, match=expected):
-            config.resolve()
+    assert config.resolve().learner_step == "explicit"
     with pytest.raises(ConfigError, match="in fp32"):
-        dataclasses.replace(config, algo="sac", precision="bf16").resolve()
+        dataclasses.replace(config, precision="bf16").resolve()
 
 
 def test_the_config_knows_which_algorithms_have_an_explicit_step():
