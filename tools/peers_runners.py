@@ -209,7 +209,13 @@ def make_model(args: argparse.Namespace, peer: Peer, seed: int):
     model_class = getattr(importlib.import_module(peer.module), peer.model)
     env = gym.make(RECORDED_ID)
     policy = "MultiInputPolicy" if isinstance(env.observation_space, gym.spaces.Dict) else "MlpPolicy"
-    return model_class(policy, env, **shared_kwargs(args, peer, seed), **algo_kwargs(args, peer), **her_kwargs(args))
+    model = model_class(policy, env, **shared_kwargs(args, peer, seed), **algo_kwargs(args, peer), **her_kwargs(args))
+    # a logger that writes nowhere: left to itself, every learn() makes an empty /tmp/SB3-<time> folder
+    # (SB3's configure_logger with no log folder), and the benchmark reads the Monitor's files instead
+    from stable_baselines3.common.logger import Logger
+
+    model.set_logger(Logger(folder=None, output_formats=[]))
+    return model
 
 
 class Progress:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -28,8 +29,9 @@ needs_sbx = pytest.mark.skipif(importlib.util.find_spec("sbx") is None,
                                reason="sbx-rl (the bench extra's SBX peers: SAC and CrossQ) is not installed")
 
 
-def run_bench(args: list[str], timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run(BENCH + args, capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False)
+def run_bench(args: list[str], timeout: float = 300, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run(BENCH + args, capture_output=True, text=True, timeout=timeout, cwd=ROOT, check=False,
+                          env=env)
 
 
 def check_rows(rows: dict) -> None:
@@ -45,8 +47,12 @@ def check_rows(rows: dict) -> None:
 def test_bench_vs_sb3_smallest_configuration(tmp_path: Path) -> None:
     pytest.importorskip("stable_baselines3", reason="the bench extra (stable-baselines3) is not installed")
     out = tmp_path / "figures.json"
-    proc = run_bench(SMALLEST + ["--skip-sbx", "--device", "cpu", "--peer-device", "cpu", "--json", str(out)])
+    temp = tmp_path / "temp"  # the runs' TMPDIR: SB3's own logger, left to itself, makes an SB3-<time> folder there
+    temp.mkdir()
+    proc = run_bench(SMALLEST + ["--skip-sbx", "--device", "cpu", "--peer-device", "cpu", "--json", str(out)],
+                     env={**os.environ, "TMPDIR": str(temp)})
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert not list(temp.glob("SB3-*"))
     assert "load average before" in proc.stdout and "ratios ours / SB3" in proc.stdout
     assert "ratios ours / SBX" not in proc.stdout
     figures = json.loads(out.read_text())
