@@ -106,11 +106,13 @@ def cpu_has_native_bf16() -> bool:
 # actor steps, batch x widest hidden width squared): 64@100 0.54-0.63, 96@256 0.68-0.70 (Pendulum-v1's preset),
 # 256@100 0.92-0.95, 256@128 1.09, 128@512 1.06, 192@256 1.04, 256@256 1.30-1.32, 128@1024 1.40-1.44.
 BF16_MIN_WORK = 2**23  # batch x width^2 from which bf16 is the faster (8.4 M: 256@128, 128@512)
-# Against the explicit fp32 step (algos/explicit_grad.py: SAC, TD3, DDPG), which takes 0.5-0.9x autograd's time,
+# Against the explicit fp32 step of SAC, TD3 and DDPG (algos/explicit_grad.py), 0.5-0.9x autograd's time,
 # bf16 (autograd's step under autocast) pays later. tools/bench_precision.py (its fp32 side: the explicit step) on the
 # same machine, 2026-11-29, critic and actor: 256@128 0.81-0.85, 128@512 0.86-1.00, 96@1024 0.69-0.81 (8.4-9.4 M),
 # 256@192 0.95-0.98, 128@768 0.77-0.91, 192@384 0.97-1.03, 96@1536 1.00-1.07 (12.6-14.2 M), 256@256 1.04-1.16,
-# 128@1024 0.93-1.22 (16.8 M), 96@2048 1.27-1.30 (18.9 M).
+# 128@1024 0.93-1.22 (16.8 M), 96@2048 1.27-1.30 (18.9 M). Not CrossQ's (algos/explicit_renorm.py): its critic step,
+# the one that runs three times as often, tied with bf16 at BF16_MIN_WORK and lost above it (HalfCheetah sizes,
+# 2026-11-29: 256@128 0.92-0.97, 128@512 1.08, 256@160 1.16, 256@192 1.09-1.18), so config.BF16_LATE_ALGOS leaves it out.
 BF16_MIN_WORK_EXPLICIT = 2**24
 
 

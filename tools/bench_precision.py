@@ -8,7 +8,7 @@ fixed random batch, each step in its own autocast region as the learners run it)
 precisions, interleaved over ``--rounds`` rounds so that a drift of the machine's load hits both,
 and prints the median milliseconds per step and the ratio fp32 / bf16 (above 1: bf16 is faster).
 The fp32 side runs the step a run's ``--learner-step auto`` gives it: on the CPU the explicit step
-(algos/explicit_grad.py) for SAC, TD3 and DDPG; ``--fp32-step eager`` times autograd's step instead
+(algos/explicit_grad.py, explicit_renorm.py) for SAC, TD3, DDPG and CrossQ; ``--fp32-step eager`` times autograd's step instead
 (the comparison ``devices.BF16_MIN_WORK`` was measured with; ``BF16_MIN_WORK_EXPLICIT`` with the default).
 
 Whether bf16 learns as well is a separate question, answered per env step by

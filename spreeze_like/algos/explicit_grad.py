@@ -1,4 +1,4 @@
-"""Learner steps with the backward pass written out by hand: the CPU's fast path for SAC, TD3 and DDPG.
+"""Learner steps with the backward pass written out by hand: the CPU's fast path for SAC, TD3, DDPG and CrossQ.
 
 Why: on the CPU a small update is bound by per-op cost, not arithmetic. The autograd step of a SAC
 critic at Pendulum's preset (96x96, batch 256, fp32, one thread) issued ~150 ops; autograd records a
@@ -17,8 +17,9 @@ Same updates: an ``explicit_step`` computes the gradients its algorithm's autogr
 float rounding; the optimiser, the non-finite guard and the target updates are the same calls), and
 ``tests/trainer/test_explicit_grad.py`` compares the parameters of both after several steps of every
 algorithm, with and without importance weights. The autograd ``step`` stays the reference and runs
-wherever this path does not: on a GPU (whose CUDA graphs already remove the per-op cost), in bf16
-(autocast), and for CrossQ (batch renormalisation). ``--learner-step`` chooses (``auto``: this path on
+wherever this path does not: on a GPU (whose CUDA graphs already remove the per-op cost) and in bf16
+(autocast). CrossQ's batch-renormalised critic has chains of its own with this API (``explicit_renorm.py``),
+so the helpers below serve it too. ``--learner-step`` chooses (``auto``: this path on
 a CPU learner that can take it). Owns no process or shared resource.
 """
 

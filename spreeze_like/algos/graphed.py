@@ -6,7 +6,7 @@ batch). ``run()`` then performs one update of the half on that batch:
 
 * ``eager``: calls the half's ``step`` (bf16 autocast where the CPU has it);
 * ``explicit``: calls the half's ``explicit_step``, its update with the backward pass written out by hand
-  (the CPU's default in fp32 for SAC, TD3 and DDPG; ``explicit_grad.py``). The runner runs it as it
+  (the CPU's default in fp32; ``explicit_grad.py``, ``explicit_renorm.py``). The runner runs it as it
   runs ``eager``: the role hands it the half's ``explicit_step`` instead of ``step``;
 * ``compiled-graph``: as ``cuda-graph``, with the step first compiled by ``torch.compile`` (inductor,
   default mode: fused elementwise kernels; the optimiser step, the generator's draws and
@@ -84,7 +84,7 @@ def resolve_step_mode(mode: str, device: str | torch.device, explicit_ok: bool =
     if mode in GRAPH_MODES and kind != "cuda":
         raise ConfigError(f"--learner-step {mode} needs a CUDA learner device, not {device}; use auto or eager")
     if mode == "explicit" and not explicit_ok:
-        raise ConfigError(f"--learner-step explicit needs SAC, TD3 or DDPG on a CPU learner in fp32 (this one: "
+        raise ConfigError(f"--learner-step explicit needs a CPU learner in fp32 (this one: "
                           f"{device}); use auto or eager")
     return mode
 
