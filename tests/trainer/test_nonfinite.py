@@ -94,7 +94,9 @@ def changed(before: dict, learner, ignore: tuple[str, ...] = ()) -> list[str]:
 
 @pytest.mark.parametrize("step_mode", ["explicit", "eager"])  # the CPU's default, and autograd's step
 @pytest.mark.parametrize("kind, algo, poison", [("critic", "sac", "reward"), ("critic", "td3", "obs"),
-                                                ("actor", "sac", "obs"), ("actor", "ddpg", "obs")])
+                                                ("actor", "sac", "obs"), ("actor", "ddpg", "obs"),
+                                                # CrossQ: the running statistics (buffers) must not move either
+                                                ("critic", "crossq", "obs"), ("actor", "crossq", "obs")])
 def test_a_non_finite_step_changes_no_parameter_and_no_optimiser_state(kind, algo, poison, step_mode):
     learner, replay, row = make(kind, algo, prioritized=kind == "critic", step_mode=step_mode)
     assert learner.part_step == getattr(learner.part, "explicit_step" if step_mode == "explicit" else "step")
