@@ -104,9 +104,7 @@ class CrossQCritic(SACCritic):
         # The joint forward pass: current and next state-actions in one train-mode batch.
         qf_all = self.critic(torch.cat([b.obs, b.next_obs]), torch.cat([b.action, next_actions]), warming_up)  # [2, 2B]
         qf_a_values = qf_all[:, :n]
-        with torch.no_grad():  # the target from the next half, gradient stopped
-            min_qf_next = qf_all[:, n:].amin(0) - alpha * next_log_pi
-            next_q_value = b.reward + (1.0 - b.terminated) * self.spec.bootstrap_gamma * min_qf_next
+        next_q_value = self.joint_target(b, qf_all, alpha, next_log_pi)
 
         qf_losses = weighted_mse(qf_a_values, next_q_value, b.weights)  # [2]: qf1_loss, qf2_loss
         alpha_loss = (-self.log_alpha * (next_log_pi + self.target_entropy)).mean()
@@ -123,6 +121,12 @@ class CrossQCritic(SACCritic):
         return td_errors, metrics
 
     @torch.no_grad()
+    def joint_target(self, b: Batch, qf_all: torch.Tensor, alpha: torch.Tensor, next_log_pi: torch.Tensor) -> torch.Tensor:
+        """The soft Q target ``[B]`` from the next half of the joint pass's Q values ``[n_q, 2B]``, gradient stopped."""
+        min_qf_next = qf_all[:, len(next_log_pi):].amin(0) - alpha * next_log_pi
+        return b.reward + (1.0 - b.terminated) * self.spec.bootstrap_gamma * min_qf_next
+
+    @torch.no_grad()
     def explicit_step(self, b: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """:meth:`step` with its gradients written out (``explicit_renorm.py``): the same update on the CPU.
         The loss reads the current half of the joint batch, so dL/dQ of the next half's rows is zero; their
@@ -133,12 +137,10 @@ class CrossQCritic(SACCritic):
         chains = self.explicit_critic
         qf_all, acts = q_forward(chains, torch.cat([b.obs, b.next_obs]), torch.cat([b.action, next_actions]))
         qf_a_values = qf_all[:, :n]
-        min_qf_next = qf_all[:, n:].amin(0) - alpha * next_log_pi
-        next_q_value = b.reward + (1.0 - b.terminated) * self.spec.bootstrap_gamma * min_qf_next
+        next_q_value = self.joint_target(b, qf_all, alpha, next_log_pi)
         qf_losses = q_regression_grads(chains, acts, qf_a_values, next_q_value, b.weights, extra_rows=n)
         stash_batch_statistics(chains)
-        self.log_alpha.grad = next_log_pi.mean().add_(self.target_entropy).neg().reshape(1)  # as SAC's
-        alpha_loss = self.log_alpha[0] * self.log_alpha.grad[0]
+        alpha_loss = self.explicit_alpha_grad(next_log_pi)
         self.q_optimizer.step()
         found = self.q_optimizer.found_inf
         self.critic.commit_statistics(None if found is None else found == 0)

@@ -81,12 +81,15 @@ class SACCritic(CriticPart):
         chains = self.explicit_critic
         qf_a_values, acts = q_forward(chains, b.obs, b.action)
         qf_losses = q_regression_grads(chains, acts, qf_a_values, next_q_value, b.weights)
-        # d alpha_loss / d log_alpha = -mean(next_log_pi + target_entropy)
-        mean_term = next_log_pi.mean().add_(self.target_entropy)
-        self.log_alpha.grad = mean_term.neg().reshape(1)
-        alpha_loss = self.log_alpha[0] * self.log_alpha.grad[0]
+        alpha_loss = self.explicit_alpha_grad(next_log_pi)
         self.q_optimizer.step()
         return self._after_step(qf_a_values, next_q_value, qf_losses, alpha, alpha_loss)
+
+    def explicit_alpha_grad(self, next_log_pi: torch.Tensor) -> torch.Tensor:
+        """The alpha loss's gradient written into ``log_alpha.grad`` (``d/dlog_alpha = -mean(next_log_pi +
+        target_entropy)``); returns the loss."""
+        self.log_alpha.grad = next_log_pi.mean().add_(self.target_entropy).neg().reshape(1)
+        return self.log_alpha[0] * self.log_alpha.grad[0]
 
     def _after_step(self, qf_a_values: torch.Tensor, next_q_value: torch.Tensor, qf_losses: torch.Tensor,
                     alpha: torch.Tensor, alpha_loss: torch.Tensor) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
