@@ -127,10 +127,11 @@ class _Part:
 
     def explicit_ok(self) -> bool:
         """Whether ``explicit_step`` can replace ``step`` here: the algorithm has one, on the CPU, in fp32, with
-        the algorithm's own stacked critic (``critic_class``), whose layers the chains read (a benchmark may
-        build another)."""
+        the stacked critic whose layers the chains read (a benchmark may build another, e.g. by patching
+        :func:`critic_class`: named here, not looked up through it)."""
+        chained = CrossQCritic if self.spec.algo == "crossq" else Critic
         return (self.explicit_step is not None and self.device.type == "cpu" and not self.bf16
-                and isinstance(self.critic, critic_class(self.spec.algo)))
+                and isinstance(self.critic, chained))
 
     @cached_property
     def explicit_critic(self) -> list[Chain]:

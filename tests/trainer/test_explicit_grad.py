@@ -137,6 +137,22 @@ def test_where_the_explicit_step_applies():
     assert not sac_with_crossq_critic.explicit_ok()
 
 
+@pytest.mark.parametrize("algo", ["sac", "crossq"])
+def test_separate_critics_built_through_a_patched_critic_class_take_autograd(algo):
+    """tools/bench_critic_layout.py builds separate Q networks by patching ``algos.base.critic_class``; a part
+    asked inside that patch must not take those for the stacked critic its chains read (seen in bench_gpu.py's
+    ``separate/...`` entries)."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    from bench_critic_layout import separate_critic_classes
+
+    with separate_critic_classes():
+        critic, actor = make_critic_part(spec(algo, 3, 1, (8,)), "cpu"), make_actor_part(spec(algo, 3, 1, (8,)), "cpu")
+        assert not critic.explicit_ok() and not actor.explicit_ok()
+
+
 def test_step_modes_on_the_cpu():
     assert resolve_step_mode("auto", "cpu", explicit_ok=True) == "explicit"
     assert resolve_step_mode("auto", "cpu", explicit_ok=False) == "eager"
