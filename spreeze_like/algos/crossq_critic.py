@@ -79,9 +79,13 @@ class BatchRenorm(nn.Module):
         if not self.training:
             return [F.batch_norm(x.float(), m, v, w, b, False, 0.0, self.eps) for x, w, b, m, v in zip(xs, *slices)]
         outs = [self._train(x, w, b, m, v, warming_up) for x, w, b, m, v in zip(xs, *slices)]
-        with torch.no_grad():
-            self._batch_stats = (torch.cat([mean for _, mean, _ in outs]), torch.cat([var for _, _, var in outs]))
+        self.hold([(mean, var) for _, mean, var in outs])
         return [y for y, _, _ in outs]
+
+    @torch.no_grad()
+    def hold(self, per_network: list[tuple[torch.Tensor, torch.Tensor]]) -> None:
+        """Keep the batch's ``(mean, variance)`` of each network's channels, in order, for :meth:`commit`."""
+        self._batch_stats = (torch.cat([mean for mean, _ in per_network]), torch.cat([var for _, var in per_network]))
 
     def _train(self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, running_mean: torch.Tensor,
                running_var: torch.Tensor, warming_up: bool | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:

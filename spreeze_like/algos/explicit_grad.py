@@ -91,18 +91,24 @@ class Chain:
 
     def _grad_views(self) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Where each layer's gradients go (views of the parameters' ``.grad``, which every step overwrites)."""
-        current = [p.grad for w, b, _ in self.params for p in (w, b)]
-        stale = len(current) != len(self._grads_of) or any(
-            c is None or c is not o for c, o in zip(current, self._grads_of))
-        if stale:
-            for w, b, _ in self.params:
-                for p in (w, b):
-                    if p.grad is None:
-                        p.grad = torch.zeros_like(p)
+        params = [p for w, b, _ in self.params for p in (w, b)]
+        if grads_replaced(params, self._grads_of):
             self._grads = [(w.grad, b.grad) if i is None else (w.grad[i], b.grad[i].view(-1))
                            for w, b, i in self.params]
-            self._grads_of = [p.grad for w, b, _ in self.params for p in (w, b)]
+            self._grads_of = [p.grad for p in params]
         return self._grads
+
+
+def grads_replaced(params: Sequence[torch.Tensor], seen: Sequence[torch.Tensor | None]) -> bool:
+    """Whether any parameter's ``.grad`` is not the tensor ``seen`` recorded for it (dropped by a
+    ``zero_grad(set_to_none=True)`` or a checkpoint load, or never made): then the missing ones are allocated
+    and the caller makes its gradient views again."""
+    if len(params) == len(seen) and all(p.grad is not None and p.grad is o for p, o in zip(params, seen)):
+        return False
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+    return True
 
 
 def linear_layers(module: nn.Module) -> list[tuple[torch.Tensor, torch.Tensor, None]]:

@@ -31,7 +31,7 @@ from __future__ import annotations
 import torch
 
 from spreeze_like.algos.crossq_critic import BatchRenorm, CrossQCritic
-from spreeze_like.algos.explicit_grad import _relu_backward
+from spreeze_like.algos.explicit_grad import _relu_backward, grads_replaced
 
 _bn_backward = torch.ops.aten.native_batch_norm_backward
 
@@ -58,7 +58,8 @@ class RenormChain:
         self.vars = [m.running_var.view(n, -1)[q] for m in self.norms]
         self.weights = [layer.weight[q].t() for layer in critic.layers]  # addmm's mat2: [in, out]
         self.biases = [layer.bias[q].view(-1) for layer in critic.layers]
-        self.saved: list[tuple] = []  # per layer: the batch norm's input, mean, 1/sigma, its scale, r, d
+        # per layer: the batch norm's input, mean, 1/sigma, its scale, r, d (train mode; eval keeps the scale only)
+        self.saved: list[tuple] = []
         self._grads: list[torch.Tensor] = []
         self._grads_of: list[torch.Tensor | None] = []
 
@@ -71,10 +72,10 @@ class RenormChain:
         last = len(self.weights) - 1
         for k, norm in enumerate(self.norms):
             h, gamma, beta = acts[-1], self.gammas[k], self.betas[k]
-            if not train:  # eval: the running statistics, an affine map
-                invstd = (self.vars[k] + norm.eps).rsqrt()
-                y = torch.addcmul(beta, h - self.means[k], gamma * invstd)
-                saved.append((None, None, invstd, gamma, None, None))
+            if not train:  # eval: the running statistics, an affine map with the scale gamma / sigma
+                scale = gamma * (self.vars[k] + norm.eps).rsqrt()
+                y = torch.addcmul(beta, h - self.means[k], scale)
+                saved.append((None, None, None, scale, None, None))
             elif warming_up:  # plain batch norm, the affine part in the kernel (as BatchRenorm._train)
                 y, mean, invstd = torch.native_batch_norm(h, gamma, beta, None, None, True, 0.0, norm.eps)
                 saved.append((h, mean, invstd, gamma, None, None))
@@ -113,10 +114,10 @@ class RenormChain:
             g = torch.mm(g, self.weights[k].t())  # dL/dy
             h, mean, invstd, scale, r, d = self.saved[k]
             need_input = k > 0 or input_rows is not None
-            if h is None:  # eval mode: y = (h - mean) * gamma * invstd + beta
+            if h is None:  # eval mode: y = (h - mean) * scale + beta
                 if grads is not None:
                     raise RuntimeError("an eval-mode RenormChain is a frozen copy: backward(param_grads=False)")
-                g = g * (scale * invstd) if need_input else None
+                g = g * scale if need_input else None
             else:
                 g_in, g_xhat, g_sum = _bn_backward(g, h, scale, None, None, mean, invstd, True, self.norms[k].eps,
                                                    [need_input, grads is not None, grads is not None])
@@ -135,11 +136,7 @@ class RenormChain:
     def _grad_views(self) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]]:
         """Per layer ``(dgamma, dbeta, dW, db)``: views of network ``q``'s slices of the parameters' ``.grad``."""
         params = [p for pair in self.norm_params + self.layer_params for p in pair]
-        current = [p.grad for p in params]
-        if len(current) != len(self._grads_of) or any(c is None or c is not o for c, o in zip(current, self._grads_of)):
-            for p in params:
-                if p.grad is None:
-                    p.grad = torch.zeros_like(p)
+        if grads_replaced(params, self._grads_of):
             n = self.critic.n_q
             self._grads = [(gw.grad.view(n, -1)[self.q], gb.grad.view(n, -1)[self.q], w.grad[self.q],
                             b.grad[self.q].view(-1))
@@ -158,5 +155,4 @@ def stash_batch_statistics(chains: list[RenormChain]) -> None:
     ``CrossQCritic.forward`` leaves them, so that ``commit_statistics`` folds them in."""
     per_network = [chain.batch_statistics() for chain in chains]
     for k, norm in enumerate(chains[0].norms):
-        norm._batch_stats = (torch.cat([stats[k][0] for stats in per_network]),
-                             torch.cat([stats[k][1] for stats in per_network]))
+        norm.hold([stats[k] for stats in per_network])
