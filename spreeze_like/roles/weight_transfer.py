@@ -7,16 +7,24 @@ bring a flat copy of its parameters to the host (publish) and the other's vector
 for every queued kernel: with one publish per update, the GPU idles while the host copies.
 
 * :class:`FlatPublisher`: on CUDA, ``request()`` enqueues, behind the update that produced them,
-  one ``cat`` of the parameters into a device buffer and one asynchronous copy into a pinned host
-  buffer, and records an event; ``poll()`` (called every update) publishes the pinned buffer once
-  the event has passed. The copy is a snapshot in stream order, so later updates cannot tear it.
-  A request while a copy is in flight is merged into one more copy when that one lands (never a
-  queue of stale versions). By construction the publish lands at a
-  later update's poll, about one update after a blocking copy would (not yet measured on a GPU).
+  one ``cat`` of the parameters into a device buffer (on the learner's stream: a snapshot in stream
+  order, so later updates cannot tear it) and one asynchronous copy of that buffer into a pinned host
+  buffer on a copy stream of its own, and records an event there; ``poll()`` (called every update)
+  publishes the pinned buffer once the event has passed. A request while a copy is in flight is
+  merged into one more copy when that one lands (never a queue of stale versions), so the device
+  buffer is never written while a copy still reads it. By construction the publish lands at a later
+  update's poll, about one update after a blocking copy would (not yet measured on a GPU).
 * :class:`FlatLoader`: on CUDA, ``refresh()`` reads the newest board version into a pinned buffer,
-  copies it to the device asynchronously and scatters it into the parameters with one
-  ``_foreach_copy_``, all queued before the next update; the pinned buffer is reused only after its
-  event has passed, so a read never overwrites bytes a copy is still taking.
+  copies it to a device buffer on the copy stream (after the previous scatter has read that buffer)
+  and makes the learner's stream wait for the copy before one ``_foreach_copy_`` scatters it into
+  the parameters, all queued before the next update; the pinned buffer is reused only after the
+  copy's event has passed, so a read never overwrites bytes a copy is still taking.
+* Why a copy stream: on the learner's stream the PCIe copy (about 0.5 MB for a 256x256 twin critic
+  each publish at ``--weight-sync-period 1``) sat between two updates' graph replays, which waited
+  for it. On the H200 a publish every 8th update instead of every one made the whole critic update
+  1.02-1.10x faster at batch 256 (three calls; docs/gpu.md): an upper bound on what moving the copies off the
+  learner's stream can buy. Its own stream lets the copy engine take the bytes while the next
+  update runs; the ``cat`` stays on the learner's stream, since it is the snapshot.
 * On the CPU both are plain synchronous copies (nothing to overlap), through a flat buffer made once:
   one ``cat`` into it and the board copies it out (publish); the board copies into it and one
   ``_foreach_copy_`` scatters it (load).
@@ -30,9 +38,12 @@ Why not CUDA IPC between the two learners: the actor vector must reach host memo
 samplers anyway, and the critic vector (~0.5 MB for 256x256 twin Q) is one small copy (estimated tens of microseconds over PCIe, not measured here); one
 path for every layout (one GPU, two GPUs, GPU + CPU) is worth more than that.
 
-Events are recorded on the tensors' device's stream, named: ``Event.record()`` alone records on the
-process's current device, which is another GPU when a process's learner is not on it (serial mode
-on two GPUs), and the event would then pass before the copy it guards.
+Events are recorded on a named stream of the tensors' device (the learner's or the copy stream):
+``Event.record()`` alone records on the process's current device, which is another GPU when a
+process's learner is not on it (serial mode on two GPUs), and the event would then pass before the
+copy it guards. The device buffer is marked as used by the copy stream (``record_stream``), so that
+freeing it (a learner torn down with a copy in flight) cannot hand its memory to the learner's
+stream before the copy is done with it.
 
 Owns pinned host buffers and device buffers of its process only; a crash frees them with it.
 """
@@ -86,8 +97,10 @@ class FlatPublisher:
         self._flat, self._pinned, _ = _flat_buffers(tensors)  # on the CPU, _pinned is _flat
         self._host = self._pinned.numpy()
         if self.cuda:
-            self._event = torch.cuda.Event()
-            self._stream = torch.cuda.current_stream(self._flat.device)  # the copies' stream (events are recorded on it)
+            self._event = torch.cuda.Event()  # the copy to the pinned buffer has landed
+            self._stream = torch.cuda.current_stream(self._flat.device)  # the learner's: the snapshot's stream
+            self._copy_stream = torch.cuda.Stream(self._flat.device)
+            self._flat.record_stream(self._copy_stream)
 
     def publish_now(self) -> int:
         """Publish synchronously (start-up, checkpoints, the end of a run); returns the board version."""
@@ -127,10 +140,13 @@ class FlatPublisher:
         return version
 
     def _enqueue(self) -> None:
+        # only with no copy in flight (request/poll): the copy stream has finished reading _flat
         with torch.no_grad():
-            torch.cat(self._pieces, out=self._flat)
-            self._pinned.copy_(self._flat, non_blocking=True)
-        self._event.record(self._stream)
+            torch.cat(self._pieces, out=self._flat)  # the snapshot, in the learner's stream order
+            self._copy_stream.wait_stream(self._stream)
+            with torch.cuda.stream(self._copy_stream):
+                self._pinned.copy_(self._flat, non_blocking=True)
+        self._event.record(self._copy_stream)
         self.in_flight = True
 
 
@@ -145,8 +161,14 @@ class FlatLoader:
         self._flat, self._pinned, self._views = _flat_buffers(tensors)  # on the CPU, _pinned is _flat
         self._host = self._pinned.numpy()
         if self.cuda:
-            self._event = torch.cuda.Event()
-            self._stream = torch.cuda.current_stream(self._flat.device)  # the copies' stream (events are recorded on it)
+            self._event = torch.cuda.Event()  # the copy from the pinned buffer has landed
+            self._stream = torch.cuda.current_stream(self._flat.device)  # the learner's: the scatter's stream
+            self._copy_stream = torch.cuda.Stream(self._flat.device)
+            self._flat.record_stream(self._copy_stream)
+            # the last scatter has read the device buffer; at first, the buffer's zero fill has run (both on the
+            # learner's stream, which the copy stream would otherwise race)
+            self._scattered = torch.cuda.Event()
+            self._scattered.record(self._stream)
             self._pending = False
 
     def refresh(self) -> int:
@@ -161,10 +183,14 @@ class FlatLoader:
             return self.version
         with torch.no_grad():
             if self.cuda:
-                self._flat.copy_(self._pinned, non_blocking=True)
+                self._copy_stream.wait_event(self._scattered)  # it may still be queued on the learner's stream
+                with torch.cuda.stream(self._copy_stream):
+                    self._flat.copy_(self._pinned, non_blocking=True)
+                self._event.record(self._copy_stream)
+                self._stream.wait_event(self._event)
             torch._foreach_copy_(self.tensors, self._views)
         if self.cuda:
-            self._event.record(self._stream)
+            self._scattered.record(self._stream)
             self._pending = True
         self.version = version
         return version

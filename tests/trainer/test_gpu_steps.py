@@ -3,12 +3,14 @@
 CPU: the step runner's eager path, the weight transfer, the device-mirror batch source with device
 "cpu", the step-mode and device-replay flags. CUDA: a captured CUDA graph replays the same update
 as eager PyTorch, metrics and the non-finite guard work inside the graph, asynchronous publishes
-and loads carry exactly the weights, prioritized writes land one update later.
+and loads carry exactly the weights (their copies, on a stream of their own, keep stream order with
+the learner's updates), prioritized writes land one update later.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import time
 
 import numpy as np
 import pytest
@@ -276,6 +278,68 @@ def test_prioritized_critic_writes_priorities(device):
 
 
 # --- CUDA only ---------------------------------------------------------------------------------------
+BUSY_CYCLES = 400_000_000  # torch.cuda._sleep: about 0.2 s at the H200's 1.98 GHz, long enough to hold a stream
+
+
+def board_vector(board: LocalBoard, n: int) -> np.ndarray:
+    out = np.empty(n, dtype=np.float32)
+    board.read(out)
+    return out
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_publish_on_the_copy_stream_takes_the_snapshot_queued_behind_the_update():
+    """The copy runs on its own stream, yet after the ``cat`` behind the update, and not after later updates."""
+    part = make_critic_part(spec(), "cuda:0")
+    tensors = part.published_tensors()
+    n = sum(t.numel() for t in tensors)
+    board = LocalBoard()
+    publisher = FlatPublisher(tensors, board)
+    publisher.publish_now()
+    torch.cuda.synchronize()
+    torch.cuda._sleep(BUSY_CYCLES)  # an update still running on the learner's stream
+    with torch.no_grad():
+        torch._foreach_fill_(tensors, 1.0)  # what that update leaves
+    assert publisher.request() is None
+    with torch.no_grad():
+        torch._foreach_fill_(tensors, 2.0)  # the next update: not part of the snapshot
+    assert publisher.poll() is None, "the copy did not wait for the update the publish was requested behind"
+    assert publisher.poll(block=True) == 2
+    np.testing.assert_array_equal(board_vector(board, n), np.ones(n, dtype=np.float32))
+    torch.cuda.synchronize()
+    assert all(bool((t == 2.0).all()) for t in tensors)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not CUDA, reason="needs a CUDA device")
+def test_load_waits_for_the_learner_to_scatter_the_vector_before_copying_the_next():
+    """The copy stream must not overwrite the device buffer while the learner's stream has yet to read it."""
+    other = make_actor_part(spec(), "cuda:0")
+    tensors = other.copy_tensors()
+    n = sum(t.numel() for t in tensors)
+    board = LocalBoard()
+    loader = FlatLoader(tensors, board)
+    board.publish(np.full(n, 1.0, dtype=np.float32))
+    torch.cuda.synchronize()
+    torch.cuda._sleep(BUSY_CYCLES)  # the learner's stream is busy with an update
+    busy = torch.cuda.Event()
+    busy.record()
+    assert loader.refresh() == 1  # its scatter waits behind the busy stream
+    with torch.no_grad():
+        seen = torch.cat([t.reshape(-1) for t in tensors])  # what the next update reads: version 1
+    board.publish(np.full(n, 2.0, dtype=np.float32))
+    for _ in range(1000):  # the first copy lands at once (its stream is idle); then version 2 is taken
+        if loader.refresh() == 2:
+            break
+        time.sleep(0.001)
+    assert loader.version == 2
+    assert not busy.query(), "the learner's stream finished before the second load: the test did not race"
+    torch.cuda.synchronize()
+    np.testing.assert_array_equal(seen.cpu().numpy(), np.ones(n, dtype=np.float32))
+    np.testing.assert_array_equal(get_flat(tensors), np.full(n, 2.0, dtype=np.float32))
+
+
 def eager_and_graphed(algo_spec: AlgoSpec, updates: int = 12, modes: tuple[str, ...] = ("eager", "cuda-graph")
                       ) -> dict:
     """The same critic updates on the same batches, eagerly and by CUDA graph: ``{mode: (part, runner)}``."""
