@@ -80,7 +80,8 @@ def test_a_dual_learner_that_fails_ends_the_section_at_once_and_leaves_nothing(m
     import gpu_rates
     before = set(os.listdir("/dev/shm"))
     t0 = time.monotonic()
-    with pytest.raises(RuntimeError, match=r"dual learners: the (critic|actor) learner failed: RuntimeError"):
+    # RuntimeError on a CPU build of torch; its subclass AcceleratorError ("driver insufficient") on a CUDA build
+    with pytest.raises(RuntimeError, match=r"dual learners: the (critic|actor) learner failed: (Runtime|Accelerator)Error"):
         gpu_rates.dual_vs_single("cuda:0", 256, 0.1, rows=2000)
     assert time.monotonic() - t0 < 60  # it waited 300 s for a report that never came
     assert set(os.listdir("/dev/shm")) <= before
