@@ -112,6 +112,8 @@ def _critic(device: str, quick: bool) -> dict:
         entry(f"block{k}/256", 256, updates_per_graph=k)
     # the weights' host traffic (publish + load every update at --weight-sync-period 1) against every 8th
     entry("sync8/256", 256, sync_period=8)
+    # the weight copies on the learner's stream, as before 2026-11-29 (mirror/256 has them on their own streams)
+    entry("samestream/256", 256, copy_streams=False)
     if cuda:  # the inductor-fused step inside our graph (tens of seconds to compile each)
         entry("compiled/256", 256, step_mode="compiled-graph")
         entry("compiled-block4/256", 256, step_mode="compiled-graph", updates_per_graph=4)

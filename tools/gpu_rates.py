@@ -123,7 +123,7 @@ def step_modes(device: str, batch: int, seconds: float, modes: tuple[str, ...], 
 def make_critic(device: str, batch: int, storage: Any, sync_period: int = 1, step_mode: str = "auto",
                 device_replay: str = "auto", precision: str = "fp32", publishing_actor: bool = True,
                 updates_per_graph: int = 1, separate_critic: bool = False, algo: str = "sac",
-                critic_layout: str = "auto") -> Any:
+                critic_layout: str = "auto", copy_streams: bool = True) -> Any:
     """A CriticLearner of ``algo`` over ``storage`` with local boards (the actor board gets a new version
     each look).
 
@@ -132,6 +132,8 @@ def make_critic(device: str, batch: int, storage: Any, sync_period: int = 1, ste
     two in the same call.
     ``critic_layout``: ``auto`` (the product's rule, ``StackedQ.batched``), ``batched`` (the batched layers
     at any batch) or ``each`` (the networks one by one on a GPU too), for an A/B of the rule's limit.
+    ``copy_streams``: False queues the weight copies on the learner's stream (``weight_transfer.COPY_STREAMS``),
+    for an A/B of their own streams.
     """
     if separate_critic:
         from bench_critic_layout import separate_critic_classes
@@ -143,6 +145,7 @@ def make_critic(device: str, batch: int, storage: Any, sync_period: int = 1, ste
     from spreeze_like.algos.networks import get_flat
     from spreeze_like.metrics import stats_schema
     from spreeze_like.replay import UniformSampler
+    from spreeze_like.roles import weight_transfer
     from spreeze_like.roles.critic_learner import CriticLearner
     from spreeze_like.roles.ports import LocalBoard, LocalStatsBlock
 
@@ -151,9 +154,13 @@ def make_critic(device: str, batch: int, storage: Any, sync_period: int = 1, ste
     source = LocalBoard()
     source.publish(actor_vec)
     stats = LocalStatsBlock(stats_schema(1))
-    critic = CriticLearner(spec, device, UniformSampler(storage, seed=0), source, LocalBoard(),
-                           stats.role("critic-learner"), batch, sync_period, step_mode=step_mode,
-                           device_replay=device_replay, updates_per_graph=updates_per_graph)
+    before, weight_transfer.COPY_STREAMS = weight_transfer.COPY_STREAMS, copy_streams
+    try:
+        critic = CriticLearner(spec, device, UniformSampler(storage, seed=0), source, LocalBoard(),
+                               stats.role("critic-learner"), batch, sync_period, step_mode=step_mode,
+                               device_replay=device_replay, updates_per_graph=updates_per_graph)
+    finally:
+        weight_transfer.COPY_STREAMS = before
     if critic_layout != "auto":
         limit = {"batched": None, "each": 1}[critic_layout]
         for q in (critic.part.critic, getattr(critic.part, "critic_target", None)):

@@ -54,6 +54,11 @@ from typing import Any
 
 import torch
 
+# The copies on streams of their own (the default). False queues them on the learner's stream, as before
+# 2026-11-29: tools/bench_gpu.py's ``samestream/256`` entry sets it for an A/B in one call. Read when a
+# publisher or loader is made.
+COPY_STREAMS = True
+
 
 def _flat_buffers(tensors: list[torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, list[torch.Tensor]]:
     """(flat buffer on the tensors' device, host buffer, views of the flat buffer shaped like ``tensors``).
@@ -99,7 +104,7 @@ class FlatPublisher:
         if self.cuda:
             self._event = torch.cuda.Event()  # the copy to the pinned buffer has landed
             self._stream = torch.cuda.current_stream(self._flat.device)  # the learner's: the snapshot's stream
-            self._copy_stream = torch.cuda.Stream(self._flat.device)
+            self._copy_stream = torch.cuda.Stream(self._flat.device) if COPY_STREAMS else self._stream
             self._flat.record_stream(self._copy_stream)
 
     def publish_now(self) -> int:
@@ -163,7 +168,7 @@ class FlatLoader:
         if self.cuda:
             self._event = torch.cuda.Event()  # the copy from the pinned buffer has landed
             self._stream = torch.cuda.current_stream(self._flat.device)  # the learner's: the scatter's stream
-            self._copy_stream = torch.cuda.Stream(self._flat.device)
+            self._copy_stream = torch.cuda.Stream(self._flat.device) if COPY_STREAMS else self._stream
             self._flat.record_stream(self._copy_stream)
             # the last scatter has read the device buffer; at first, the buffer's zero fill has run (both on the
             # learner's stream, which the copy stream would otherwise race)

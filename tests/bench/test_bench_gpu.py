@@ -37,6 +37,7 @@ def test_bench_gpu_quick_on_cpu_writes_every_section(tmp_path):
     entry_errors = {k: v["error"] for k, v in results["critic"].items() if isinstance(v, dict) and "error" in v}
     assert not entry_errors, entry_errors  # an entry records its own error and the others go on
     assert results["critic"]["sync8/256"]["updates_per_s"] > 0
+    assert results["critic"]["samestream/256"]["updates_per_s"] > 0
     assert results["critic"]["separate/256"]["updates_per_s"] > 0  # the A/B of the critic's layouts ran
     assert not results["critic"]["best"]["key"].startswith("separate")  # the best figure is of our layout
     assert "critic mirror/256:" in proc.stdout  # each entry is printed as it lands (a cut-short section keeps them)
