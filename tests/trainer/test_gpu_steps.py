@@ -300,10 +300,12 @@ def test_publish_on_the_copy_stream_takes_the_snapshot_queued_behind_the_update(
     torch.cuda.synchronize()
     torch.cuda._sleep(BUSY_CYCLES)  # an update still running on the learner's stream
     with torch.no_grad():
-        torch._foreach_fill_(tensors, 1.0)  # what that update leaves
+        for t in tensors:
+            t.fill_(1.0)  # what that update leaves
     assert publisher.request() is None
     with torch.no_grad():
-        torch._foreach_fill_(tensors, 2.0)  # the next update: not part of the snapshot
+        for t in tensors:
+            t.fill_(2.0)  # the next update: not part of the snapshot
     assert publisher.poll() is None, "the copy did not wait for the update the publish was requested behind"
     assert publisher.poll(block=True) == 2
     np.testing.assert_array_equal(board_vector(board, n), np.ones(n, dtype=np.float32))
