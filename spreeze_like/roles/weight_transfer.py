@@ -24,7 +24,9 @@ for every queued kernel: with one publish per update, the GPU idles while the ho
   for it. On the H200 a publish every 8th update instead of every one made the whole critic update
   1.02-1.10x faster at batch 256 (three calls; docs/gpu.md): an upper bound on what moving the copies off the
   learner's stream can buy. Its own stream lets the copy engine take the bytes while the next
-  update runs; the ``cat`` stays on the learner's stream, since it is the snapshot.
+  update runs; the ``cat`` stays on the learner's stream, since it is the snapshot. Measured against
+  the learner's stream in one call (``COPY_STREAMS`` below), twice on the H200 (2026-11-29): 0.97x and
+  1.05x, no difference that those calls can tell (docs/gpu.md).
 * On the CPU both are plain synchronous copies (nothing to overlap), through a flat buffer made once:
   one ``cat`` into it and the board copies it out (publish); the board copies into it and one
   ``_foreach_copy_`` scatters it (load).

@@ -151,14 +151,13 @@ def test_where_the_explicit_step_applies():
 
 
 @pytest.mark.parametrize("algo", ["sac", "crossq"])
-def test_separate_critics_built_through_a_patched_critic_class_take_autograd(algo):
+def test_separate_critics_built_through_a_patched_critic_class_take_autograd(algo, monkeypatch):
     """tools/bench_critic_layout.py builds separate Q networks by patching ``algos.base.critic_class``; a part
     asked inside that patch must not take those for the stacked critic its chains read (seen in bench_gpu.py's
     ``separate/...`` entries)."""
-    import sys
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "tools"))
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[2] / "tools"))
     from bench_critic_layout import separate_critic_classes
 
     with separate_critic_classes():
