@@ -281,16 +281,24 @@ class TargetActorCriticPart(CriticPart):
             soft_update(self.actor_target_params, self.actor_params, self.spec.tau)
             soft_update(self.critic_target_params, self.critic_params, self.spec.tau)
 
-    def q_target(self, b: Batch, critic_target: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:
-        """The Q target ``[B]`` of the batch (the algorithm's, computed without grad), with the target
-        critic's values from ``critic_target`` (default: the module)."""
+    def target_draw(self, b: Batch) -> torch.Tensor | None:
+        """The random numbers the Q target needs (TD3: the smoothing noise; DDPG: none), drawn by the
+        caller of :meth:`q_target` in its own frame: a generator draw inside ``q_target`` would break
+        torch.compile's graph there and split the target from the Q regression (see ``SACCritic.step``)."""
+        return None
+
+    def q_target(self, b: Batch, draw: torch.Tensor | None,
+                 critic_target: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:
+        """The Q target ``[B]`` of the batch (the algorithm's, computed without grad) from ``draw`` (what
+        :meth:`target_draw` returned), with the target critic's values from ``critic_target`` (default:
+        the module)."""
         raise NotImplementedError
 
     @torch.no_grad()
     def explicit_step(self, b: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """The subclass's ``step`` (a regression of every Q network on :meth:`q_target`) with its
         gradients written out (``explicit_grad.py``): the same update on the CPU."""
-        next_q_value = self.q_target(b, self.explicit_target_q)
+        next_q_value = self.q_target(b, self.target_draw(b), self.explicit_target_q)
         chains = self.explicit_critic
         qf_a_values, acts = q_forward(chains, b.obs, b.action)
         qf_losses = q_regression_grads(chains, acts, qf_a_values, next_q_value, b.weights)

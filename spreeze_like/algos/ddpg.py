@@ -17,15 +17,16 @@ from spreeze_like.algos.td3 import TD3Actor
 
 class DDPGCritic(TargetActorCriticPart):
     @torch.no_grad()
-    def q_target(self, b: Batch, critic_target: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:
-        """The Q target ``[B]``: the target Q of the target policy's action."""
+    def q_target(self, b: Batch, draw: torch.Tensor | None,
+                 critic_target: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:
+        """The Q target ``[B]``: the target Q of the target policy's action (deterministic: no ``draw``)."""
         critic_target = critic_target or self.critic_target
         next_state_actions = self.actor_target(b.next_obs)
         qf1_next_target = critic_target(b.next_obs, next_state_actions)[0]
         return b.reward + (1.0 - b.terminated) * self.spec.bootstrap_gamma * qf1_next_target
 
     def step(self, b: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        next_q_value = self.q_target(b)
+        next_q_value = self.q_target(b, None)
         qf1_a_values = self.critic(b.obs, b.action)  # [1, B]
         qf1_loss = weighted_mse(qf1_a_values, next_q_value, b.weights)  # [1]
         self.q_optimizer.zero_grad(set_to_none=True)

@@ -21,24 +21,22 @@ from spreeze_like.algos.explicit_grad import Chain, linear_layers, q_action_grad
 
 class TD3Critic(TargetActorCriticPart):
     @torch.no_grad()
-    def q_target(self, b: Batch, critic_target: Callable[..., torch.Tensor] | None = None,
-                 noise: torch.Tensor | None = None) -> torch.Tensor:
-        """The Q target ``[B]``: the smaller target Q of the target policy's smoothed action. ``noise``: the
-        smoothing's standard normal draw made by the caller (:meth:`step`, see there), else drawn here."""
+    def q_target(self, b: Batch, draw: torch.Tensor | None,
+                 critic_target: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:
+        """The Q target ``[B]``: the smaller target Q of the target policy's smoothed action. ``draw``: the
+        smoothing's standard normal noise, from :meth:`target_draw`."""
         s, critic_target = self.spec, critic_target or self.critic_target
-        if noise is None:
-            noise = self.target_noise(b)
-        clipped_noise = (noise * s.policy_noise).clamp(-s.noise_clip, s.noise_clip)
+        assert draw is not None, "TD3's target needs its smoothing noise (target_draw)"
+        clipped_noise = (draw * s.policy_noise).clamp(-s.noise_clip, s.noise_clip)
         next_state_actions = (self.actor_target(b.next_obs) + clipped_noise).clamp(-1.0, 1.0)
         min_qf_next_target = critic_target(b.next_obs, next_state_actions).amin(0)  # min(Q1, Q2)
         return b.reward + (1.0 - b.terminated) * s.bootstrap_gamma * min_qf_next_target
 
-    def target_noise(self, b: Batch) -> torch.Tensor:
+    def target_draw(self, b: Batch) -> torch.Tensor:
         return torch.randn(b.action.shape, generator=self.generator, device=self.device)
 
     def step(self, b: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        # drawn first, not inside q_target: see SACCritic.step (a generator draw breaks torch.compile's graph)
-        next_q_value = self.q_target(b, noise=self.target_noise(b))
+        next_q_value = self.q_target(b, self.target_draw(b))  # drawn in this frame: see target_draw
         qf_a_values = self.critic(b.obs, b.action)  # [2, B]
         qf_losses = weighted_mse(qf_a_values, next_q_value, b.weights)  # [2]: qf1_loss, qf2_loss
         self.q_optimizer.zero_grad(set_to_none=True)
