@@ -32,11 +32,11 @@ import multiprocessing
 import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
+from scratch import runs_folder
 
 
 class _PublishingSource:
@@ -141,13 +141,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--feeders", nargs="+", default=["inline", "thread"], choices=["inline", "thread"])
     parser.add_argument("--repeats", type=int, default=1, help="rounds of (runs, alone), for medians")
     parser.add_argument("--json", default="", help="also write the results to this file")
+    parser.add_argument("--logdir", default="", help="keep the runs here (default: a scratch folder, removed at the end)")
     args = parser.parse_args(argv)
-    from spreeze_like.config import TrainConfig
     from spreeze_like.devices import tool_device
 
     args.device = tool_device(parser, args.device)
 
-    logdir = tempfile.mkdtemp(prefix="bench_learner_rate_")
+    with runs_folder(args.logdir, "bench_learner_rate_") as logdir:
+        return bench(args, str(logdir))
+
+
+def bench(args: argparse.Namespace, logdir: str) -> int:
+    """The runs and their report, with the runs' folder ``logdir``."""
+    from spreeze_like.config import TrainConfig
+
     config = dataclasses.replace(
         TrainConfig(), env=args.env, total_steps=args.total_steps, learning_starts=args.learning_starts,
         batch_size=args.batch_size, hidden_sizes=tuple(args.hidden_sizes), actor_device=args.device,

@@ -18,7 +18,8 @@ import dataclasses
 import json
 import os
 import statistics
-import tempfile
+
+from scratch import runs_folder
 
 from spreeze_like.config import TrainConfig
 from spreeze_like.training import train
@@ -43,9 +44,15 @@ def main() -> None:
     parser.add_argument("--total-steps", type=int, default=20_000)
     parser.add_argument("--eval-every", type=int, default=1000)
     parser.add_argument("--set", nargs="*", default=[], help="extra TrainConfig fields, key=json (both modes)")
+    parser.add_argument("--logdir", default="", help="keep the runs here (default: a scratch folder, removed at the end)")
     args = parser.parse_args()
     extra = {k: json.loads(v) for k, _, v in (s.partition("=") for s in args.set)}
-    logdir = tempfile.mkdtemp(prefix="bench_parallel_vs_serial_")
+    with runs_folder(args.logdir, "bench_parallel_vs_serial_") as logdir:
+        bench(args, extra, str(logdir))
+
+
+def bench(args: argparse.Namespace, extra: dict, logdir: str) -> None:
+    """Each seed serial then parallel, the runs in ``logdir``; prints the report."""
     print(f"# load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; cpus={os.cpu_count()}; {args.algo} on "
           f"{args.env}, threshold {args.threshold}, seeds {args.seeds}, extra {extra}", flush=True)
     ratios = []

@@ -24,10 +24,11 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from scratch import runs_folder
 
 from spreeze_like.checkpoint import load_latest
 from spreeze_like.replay.persist import replay_folders
@@ -117,23 +118,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--set", nargs="*", default=[], metavar="FLAG=VALUE",
                         help="more run flags for every session, e.g. samplers=2 (as --samplers 2), hidden_sizes='64 64'")
     parser.add_argument("--json", default="", metavar="PATH", help="also write the results here")
+    parser.add_argument("--logdir", default="", help="keep the runs here (default: a scratch folder, removed at the end)")
     args = parser.parse_args(argv)
     if not 0 < args.first < args.total:
         print("error: --first must be > 0 and below --total", file=sys.stderr)
         return 2
     extra = [part for item in args.set for part in (f"--{item.partition('=')[0].replace('_', '-')}",
                                                      *item.partition("=")[2].split())]
-    root = Path(tempfile.mkdtemp(prefix="bench_resume_"))
-    print(f"# load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; cpus {os.cpu_count()}; {args.env}, "
-          f"seeds {args.seeds}, {args.first:,} then {args.total:,} env steps; runs in {root}", flush=True)
     rows = []
-    for seed in args.seeds:
-        rows.append(one_seed(args, seed, root, extra))
-        print(json.dumps(rows[-1]), flush=True)
-        if args.json:
-            from spreeze_like.rundir import write_text_atomic
+    with runs_folder(args.logdir, "bench_resume_") as root:
+        print(f"# load before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}; cpus {os.cpu_count()}; {args.env}, "
+              f"seeds {args.seeds}, {args.first:,} then {args.total:,} env steps; runs in {root}", flush=True)
+        for seed in args.seeds:
+            rows.append(one_seed(args, seed, root, extra))
+            print(json.dumps(rows[-1]), flush=True)
+            if args.json:
+                from spreeze_like.rundir import write_text_atomic
 
-            write_text_atomic(Path(args.json), json.dumps({"args": vars(args), "rows": rows}, indent=1))
+                write_text_atomic(Path(args.json), json.dumps({"args": vars(args), "rows": rows}, indent=1))
     print(f"# load after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     report(rows)
     return 0

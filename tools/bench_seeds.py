@@ -28,9 +28,10 @@ import os
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from scratch import runs_folder
 
 from spreeze_like.curves import read_curves
 from spreeze_like.seeds_cli import parse_seed_list
@@ -69,6 +70,8 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", default=["1-4"], help="seeds and ranges, as the seeds command takes them")
     parser.add_argument("--modes", nargs="+", choices=MODES, default=list(MODES))
     parser.add_argument("--json", type=Path, help="write the results here")
+    parser.add_argument("--logdir", default="", help="keep the runs here, a folder per mode (default: scratch folders, "
+                        "removed at the end)")
     parser.add_argument("run_args", nargs="*", help="python -m spreeze_like.run flags for every run (after --)")
     args = parser.parse_args()
     seeds = parse_seed_list(args.seeds)
@@ -77,13 +80,14 @@ def main() -> None:
           f"{seeds}; run flags {args.run_args or '(defaults)'}", flush=True)
     rows = []
     for mode in args.modes:
-        logdir = Path(tempfile.mkdtemp(prefix=f"bench_seeds_{mode}_"))
-        t0 = time.perf_counter()
-        if mode == "loop":
-            row = run_loop(seeds, args.run_args, logdir)
-        else:
-            row = run_seeds(seeds, [*args.run_args, *(["--serial"] if mode == "seeds-serial" else [])], logdir)
-        row.update(mode=mode, wall_s=time.perf_counter() - t0, mean_final=statistics.fmean(row["finals"]),
+        with runs_folder(args.logdir and Path(args.logdir) / mode, f"bench_seeds_{mode}_") as logdir:
+            t0 = time.perf_counter()
+            if mode == "loop":
+                row = run_loop(seeds, args.run_args, logdir)
+            else:
+                row = run_seeds(seeds, [*args.run_args, *(["--serial"] if mode == "seeds-serial" else [])], logdir)
+            wall_s = time.perf_counter() - t0  # before the scratch folder's removal
+        row.update(mode=mode, wall_s=wall_s, mean_final=statistics.fmean(row["finals"]),
                    load_after=os.getloadavg()[0])
         rows.append(row)
         print(f"{mode:13s} jobs {row['jobs']}  {row['wall_s']:7.1f} s  mean final {row['mean_final']:9.1f}  "

@@ -33,13 +33,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
+
+from scratch import runs_folder
 
 ROLE_PHASES = ("t_exec", "t_main", "t_imported", "t_ready", "t_data", "t_first")
 ROLE_ORDER = ("critic-learner", "actor-learner", "sampler-0", "evaluator", "monitor")
@@ -116,9 +116,8 @@ def main() -> None:
     args = parser.parse_args()
     if args.repeats < 1 or args.total_steps < 1:
         parser.error("--repeats and --total-steps must be >= 1")
-    scratch = Path(args.logdir) if args.logdir else Path(tempfile.mkdtemp(prefix="bench_startup."))
     runs = []
-    try:
+    with runs_folder(args.logdir, "bench_startup.") as scratch:
         for i in range(args.repeats):
             logdir = scratch / f"run-{i}"
             logdir.mkdir(parents=True, exist_ok=True)
@@ -127,9 +126,6 @@ def main() -> None:
             print(f"run {i + 1}/{args.repeats}: first critic update at "
                   f"{run['phases'].get('critic-learner: first', float('nan')):.2f} s, exit at {run['phases']['exit']:.2f} s; "
                   f"load {run['load_before']:.2f} -> {run['load_after']:.2f}", flush=True)
-    finally:
-        if not args.logdir:
-            shutil.rmtree(scratch, ignore_errors=True)
     print(runs[0]["plan_line"])
     print(f"{args.env}, {args.total_steps:,} steps, {args.repeats} repeats; seconds after the supervisor process "
           f"started; load (1 min) {min(r['load_before'] for r in runs):.2f}-{max(r['load_after'] for r in runs):.2f}")

@@ -8,6 +8,7 @@ warm-up (their critic updates differ by exactly that), and that the tables and t
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,12 +18,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_smallest_run_compares_the_two_resumes(tmp_path):
     out = tmp_path / "resume.json"
+    temp = tmp_path / "temp"  # the benchmark's TMPDIR: its scratch folder goes there and is removed at the end
+    temp.mkdir()
     done = subprocess.run(
         [sys.executable, str(ROOT / "tools" / "bench_resume.py"), "--env", "Pendulum-v1", "--seeds", "1",
          "--first", "500", "--total", "800", "--eval-every", "300", "--eval-episodes", "1", "--json", str(out),
          "--set", "serial=", "hidden_sizes=32 32", "batch_size=64", "learning_starts=200"],
-        capture_output=True, text=True, timeout=300, cwd=ROOT, check=False)
+        capture_output=True, text=True, timeout=300, cwd=ROOT, check=False, env={**os.environ, "TMPDIR": str(temp)})
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert not list(temp.iterdir())  # before tools/scratch.py, a bench_resume_* folder stayed per call
     (row,) = json.loads(out.read_text())["rows"]
     assert row["updates_at_first"] == 500 - 200 + 1
     assert row["with_replay"]["updates"] == 300  # every new transition earned its update
