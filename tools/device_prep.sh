@@ -7,7 +7,8 @@
 #
 #   bash tools/device_prep.sh [PYTHON3.12]        # default: the first python3.12 found that runs
 #
-# It ends by loading the built core with that Python and printing the size of .whl/ (the whole working
+# It writes what the core was built from (.whl/native.sha256, tools/native_hash.sh; gpu_session.sh refuses a core
+# built from other sources), then loads the built core with that Python and prints the size of .whl/ (the whole working
 # tree that travels must stay under 64 MiB). Creates .whl/ (listed in .git/info/exclude) and a scratch
 # folder for the wheel build, which it removes.
 set -euo pipefail
@@ -35,4 +36,5 @@ module = importlib.util.module_from_spec(importlib.util.spec_from_loader("spreez
 loader.exec_module(module)
 print(f"native core for {sys.version.split()[0]}: {sys.argv[1]} loads ({len(dir(module))} names)")
 EOF
+bash tools/native_hash.sh > .whl/native.sha256  # what it was built from: gpu_session.sh checks it on the device
 du -sh .whl

@@ -61,6 +61,9 @@ test_s=${2:-170}
 phase=${PHASE:-core}
 case "$phase" in core|learn|learn1|learn2|grid1|grid2|autotuned) ;;
   *) echo "error: PHASE=$phase: use core, learn, learn1, learn2, grid1, grid2 or autotuned" >&2; exit 2;; esac
+# a core built from other C++ than the carried native/ would be measured as this code's (tools/native_hash.sh)
+[ "$(cat .whl/native.sha256 2>/dev/null)" = "$(bash tools/native_hash.sh)" ] \
+  || { echo "error: .whl/'s native core was not built from these native/ sources; run bash tools/device_prep.sh first" >&2; exit 3; }
 mkdir -p "$out"
 export PYTHONUNBUFFERED=1
 t0=$(date +%s)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 import shlex
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -77,3 +78,34 @@ def test_device_prep_refuses_an_interpreter_that_is_not_the_devices_python_3_12(
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stderr.splitlines() == [f"error: no working Python 3.12 ({fake}); pass a 3.12 interpreter's path"]
     assert done.stdout == ""
+
+
+@pytest.mark.parametrize("stamp", ["missing", "other", "same"])
+def test_a_native_core_built_from_other_sources_is_refused_before_anything_runs(tmp_path, stamp):
+    """.whl/native.sha256 (written by tools/device_prep.sh) must be the hash of the carried native/ sources: a core
+    built from older C++ would be measured as this code's. Run on a copy of what the script reads, so that this
+    checkout's .whl/ (if any) is never installed by the test."""
+    copy = tmp_path / "tree"
+    shutil.copytree(REPO / "native", copy / "native")
+    (copy / "tools").mkdir()
+    for name in ("gpu_session.sh", "native_hash.sh", "device_prep.sh"):
+        shutil.copy(REPO / "tools" / name, copy / "tools" / name)
+    shutil.copy(REPO / "pyproject.toml", copy / "pyproject.toml")
+    (copy / ".whl").mkdir()
+    here = subprocess.run(["bash", "tools/native_hash.sh"], capture_output=True, text=True, cwd=copy, check=True)
+    assert re.fullmatch(r"[0-9a-f]{16}\n", here.stdout)
+    if stamp != "missing":
+        (copy / ".whl" / "native.sha256").write_text(here.stdout if stamp == "same" else "0123456789abcdef\n")
+    done = subprocess.run(["bash", "tools/gpu_session.sh", str(tmp_path / "out")], capture_output=True, text=True,
+                          env={"PATH": "/usr/bin:/bin", "PHASE": "core"}, cwd=copy, timeout=60, check=False)
+    assert done.returncode == 3
+    if stamp == "same":  # past the check: the next step fails on the empty .whl/ instead
+        assert done.stderr.splitlines()[-1] == "error: wheel install failed"
+    else:
+        assert done.stderr.splitlines() == [("error: .whl/'s native core was not built from these native/ sources; "
+                                             "run bash tools/device_prep.sh first")]
+        assert not (tmp_path / "out").exists()
+    # a C++ edit changes the hash
+    (copy / "native" / "src" / "sum_tree.cpp").write_text((copy / "native" / "src" / "sum_tree.cpp").read_text() + "\n")
+    edited = subprocess.run(["bash", "tools/native_hash.sh"], capture_output=True, text=True, cwd=copy, check=True)
+    assert edited.stdout != here.stdout
