@@ -3,7 +3,7 @@ directory, removed when the benchmark ends well and kept (with its path printed)
 its error points at are still there.
 
 Before this, bench_resume, bench_seeds, bench_learner_rate and bench_parallel_vs_serial left a folder in /tmp per
-call; the smoke tests of the first two run them in every CI run, which left three folders each time (one per mode).
+call; the smoke tests of the first two run them in every CI run, which left three folders each time (bench_seeds makes one per mode).
 """
 
 from __future__ import annotations
