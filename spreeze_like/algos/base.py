@@ -221,6 +221,18 @@ class CriticPart(_Part):
         """One critic update. Returns (per-sample |TD error| ``[B]``, scalar metric tensors)."""
         raise NotImplementedError
 
+    def target_draw(self, b: Batch) -> Any:
+        """The random numbers the Q target needs, drawn from this half's generator: SAC's and CrossQ's next
+        actions and their log-probabilities, TD3's smoothing noise, nothing for DDPG.
+
+        A step and its explicit step call it first, in their own frame. A generator draw is a graph break
+        for torch.compile (``compiled-graph``), and a break inside a called function splits the caller's graph
+        at the call: drawn inside the target's computation (a032dcd to 0caa2d0), it split the target from the
+        Q regression into two compiled graphs (``tests/trainer/test_compile_graphs.py``). The H200's compiled
+        update at batch 256 made 2,550-2,721 updates/s then, against 3,642-3,796 before (2026-11-29; the
+        likely cause, not re-measured since the fix)."""
+        return None
+
     def explicit_target_q(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
         """``critic_target(obs, action)`` ``[n_q, B]`` through chains (the same ops without the module's
         per-network slicing): what an ``explicit_step`` hands its ``q_target``."""
@@ -280,12 +292,6 @@ class TargetActorCriticPart(CriticPart):
         if self.updates % self.spec.policy_delay == 0:
             soft_update(self.actor_target_params, self.actor_params, self.spec.tau)
             soft_update(self.critic_target_params, self.critic_params, self.spec.tau)
-
-    def target_draw(self, b: Batch) -> torch.Tensor | None:
-        """The random numbers the Q target needs (TD3: the smoothing noise; DDPG: none), drawn by the
-        caller of :meth:`q_target` in its own frame: a generator draw inside ``q_target`` would break
-        torch.compile's graph there and split the target from the Q regression (see ``SACCritic.step``)."""
-        return None
 
     def q_target(self, b: Batch, draw: torch.Tensor | None,
                  critic_target: Callable[..., torch.Tensor] | None = None) -> torch.Tensor:

@@ -98,8 +98,7 @@ class CrossQCritic(SACCritic):
         n = b.obs.shape[0]
         # the CPU reads the layers' own count instead (free there): None
         warming_up = self.step_variant() == 0 if self.critic.batched(self.device) else None
-        with torch.no_grad():
-            next_actions, next_log_pi = self.actor.sample(b.next_obs, self.generator)
+        next_actions, next_log_pi = self.target_draw(b)
 
         # The joint forward pass: current and next state-actions in one train-mode batch.
         qf_all = self.critic(torch.cat([b.obs, b.next_obs]), torch.cat([b.action, next_actions]), warming_up)  # [2, 2B]
@@ -133,7 +132,7 @@ class CrossQCritic(SACCritic):
         gradient still reaches the weights through the batch statistics (the batch norm's backward)."""
         alpha = self.log_alpha.exp()
         n = b.obs.shape[0]
-        next_actions, next_log_pi = self.actor.sample(b.next_obs, self.generator)
+        next_actions, next_log_pi = self.target_draw(b)
         chains = self.explicit_critic
         qf_all, acts = q_forward(chains, torch.cat([b.obs, b.next_obs]), torch.cat([b.action, next_actions]))
         qf_a_values = qf_all[:, :n]

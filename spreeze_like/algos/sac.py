@@ -53,7 +53,7 @@ class SACCritic(CriticPart):
     def q_target(self, b: Batch, alpha: torch.Tensor, next_sample: tuple[torch.Tensor, torch.Tensor],
                  critic_target: Callable[..., torch.Tensor] | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """The soft Q target ``[B]`` and the log-probabilities of the policy's actions at ``next_obs``
-        (``next_sample``: those actions and log-probabilities, drawn by the caller: see :meth:`step`); the
+        (``next_sample``: those actions and log-probabilities, from :meth:`target_draw`); the
         target critic's values from ``critic_target`` (default: the module)."""
         next_actions, next_log_pi = next_sample
         qf_next_target = (critic_target or self.critic_target)(b.next_obs, next_actions)  # [2, B]: Q1 and Q2
@@ -61,15 +61,14 @@ class SACCritic(CriticPart):
         next_q_value = b.reward + (1.0 - b.terminated) * self.spec.bootstrap_gamma * min_qf_next_target
         return next_q_value, next_log_pi
 
+    @torch.no_grad()
+    def target_draw(self, b: Batch) -> tuple[torch.Tensor, torch.Tensor]:
+        """The policy's actions at ``next_obs`` and their log-probabilities (see ``CriticPart.target_draw``)."""
+        return self.actor.sample(b.next_obs, self.generator)
+
     def step(self, b: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         alpha = self.log_alpha.detach().exp()
-        # The draw from self.generator breaks torch.compile's graph (compiled-graph mode); drawn in this frame,
-        # the target and the Q regression after it stay one compiled graph. Drawn inside q_target (a032dcd to
-        # 0caa2d0), the break split them in two (tests/trainer/test_compile_graphs.py); the H200's compiled
-        # update at batch 256 made 2,550-2,721 updates/s then, against 3,642-3,796 before (2026-11-29).
-        with torch.no_grad():
-            next_sample = self.actor.sample(b.next_obs, self.generator)
-        next_q_value, next_log_pi = self.q_target(b, alpha, next_sample)
+        next_q_value, next_log_pi = self.q_target(b, alpha, self.target_draw(b))  # drawn in this frame
 
         qf_a_values = self.critic(b.obs, b.action)  # [2, B]
         qf_losses = weighted_mse(qf_a_values, next_q_value, b.weights)  # [2]: qf1_loss, qf2_loss
@@ -83,8 +82,7 @@ class SACCritic(CriticPart):
     def explicit_step(self, b: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
         """:meth:`step` with its gradients written out (``explicit_grad.py``): the same update on the CPU."""
         alpha = self.log_alpha.exp()
-        next_q_value, next_log_pi = self.q_target(b, alpha, self.actor.sample(b.next_obs, self.generator),
-                                                  self.explicit_target_q)
+        next_q_value, next_log_pi = self.q_target(b, alpha, self.target_draw(b), self.explicit_target_q)
 
         chains = self.explicit_critic
         qf_a_values, acts = q_forward(chains, b.obs, b.action)

@@ -33,6 +33,7 @@ class TD3Critic(TargetActorCriticPart):
         return b.reward + (1.0 - b.terminated) * s.bootstrap_gamma * min_qf_next_target
 
     def target_draw(self, b: Batch) -> torch.Tensor:
+        """The smoothing's standard normal noise, one per action entry (see ``CriticPart.target_draw``)."""
         return torch.randn(b.action.shape, generator=self.generator, device=self.device)
 
     def step(self, b: Batch) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:

@@ -88,7 +88,7 @@ def test_a_native_core_built_from_other_sources_is_refused_before_anything_runs(
     copy = tmp_path / "tree"
     shutil.copytree(REPO / "native", copy / "native")
     (copy / "tools").mkdir()
-    for name in ("gpu_session.sh", "native_hash.sh", "device_prep.sh"):
+    for name in ("gpu_session.sh", "native_hash.sh"):
         shutil.copy(REPO / "tools" / name, copy / "tools" / name)
     shutil.copy(REPO / "pyproject.toml", copy / "pyproject.toml")
     (copy / ".whl").mkdir()
