@@ -12,6 +12,12 @@ Segment names carry the creator pid (``spz.<run>.<pid>.<kind>.<idx>``), so a seg
 ours when it appeared during the test and its creator is this pytest process or is dead; a
 segment of a live unrelated process (another test session on the same machine) is not ours.
 
+Under pytest-xdist (``-n 2``) each worker names its segments with a prefix of its own
+(``SPREEZE_LIKE_SHM_PREFIX=spzgw0``, set here before any test and inherited by every process a test
+starts), and a run's start-up sweep, tools/shm_doctor.py and this check see only names of their own
+prefix: a worker never sweeps the segments another worker's test killed a run to inspect, and never
+counts them as its own leak. Each worker holds one test at a time, so the rule above stays exact.
+
 ``pytest_configure`` also gives this process Python's SIGINT handler when it started with SIGINT ignored (a
 pytest run in the background by a shell), so that the CLIs the tests start receive the tests' Ctrl-C.
 """
@@ -26,7 +32,11 @@ import psutil
 import pytest
 
 SHM_DIR = "/dev/shm"
-PREFIXES = ("spz.", "sem.spz.")
+_WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ... under pytest-xdist; empty in a serial run
+if _WORKER:
+    os.environ["SPREEZE_LIKE_SHM_PREFIX"] = "spz" + _WORKER
+_PREFIX = os.environ.get("SPREEZE_LIKE_SHM_PREFIX") or "spz"
+PREFIXES = (f"{_PREFIX}.", f"sem.{_PREFIX}.")
 
 
 def _our_names() -> set[str]:
@@ -100,6 +110,18 @@ def pytest_configure(config):
     # Ctrl-C, so the tests do: a Python handler here is SIG_DFL in every process exec'd from this one.
     if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist's ``--dist loadgroup``, keep each module's tests on one worker, in their order (its
+    module fixtures are made once, as in a serial run), and every test that starts a real Ray cluster on one
+    worker: two clusters at once would only compete for the same two cores."""
+    if getattr(config.option, "dist", "no") == "no":
+        return
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            group = "ray-cluster" if item.path.parent.name == "ray_nodes" else item.nodeid.split("::")[0]
+            item.add_marker(pytest.mark.xdist_group(group))
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -50,10 +50,11 @@ class OursPeer:
     def __init__(self, capacity: int, obs_dim: int, act_dim: int) -> None:
         import posix_ipc
 
+        from spreeze_like.ipc import segment_name
         from spreeze_like.replay import PrioritizedConfig, PrioritizedSampler, ReplayStorage, SumTree
 
         run = f"bench{os.urandom(3).hex()}"
-        self.names = (f"/spz.{run}.{os.getpid()}.replay.0", f"/spz.{run}.{os.getpid()}.tree.0")
+        self.names = (segment_name(run, "replay"), segment_name(run, "tree"))
         self._created: list[str] = []
         self.obs_dim, self.act_dim = obs_dim, act_dim
         mems = []

@@ -3,6 +3,9 @@
     python tools/shm_doctor.py            # list our /dev/shm entries: creator pid, state, size
     python tools/shm_doctor.py --clean    # remove those whose creator is dead
 
+It sees the names of this environment's prefix only (``spz``, or ``$SPREEZE_LIKE_SHM_PREFIX``:
+ipc/naming.py).
+
 Every start of a run already sweeps leftovers (``ipc.naming.sweep_shm``); this tool is the same
 sweep by hand, for a user who wants /dev/shm back before the next run. The states:
 
@@ -20,6 +23,7 @@ import argparse
 import os
 import sys
 
+from spreeze_like.errors import SpreezeError
 from spreeze_like.ipc.naming import SHM_DIR, parse_name, probe_entries, sweep_shm
 
 _STATE = {"live": "live (a running run: stop it to free this)", "dead": "dead (leftover)", "skipped": "left alone"}
@@ -51,7 +55,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clean", action="store_true", help="remove the entries whose creator is dead")
     parser.add_argument("--shm-dir", default=SHM_DIR, help="where POSIX shared memory lives (default /dev/shm)")
     args = parser.parse_args(argv)
-    rows = describe(args.shm_dir)
+    try:
+        rows = describe(args.shm_dir)
+    except SpreezeError as exc:  # a bad SPREEZE_LIKE_SHM_PREFIX
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     if not rows:
         print(f"nothing of ours in {args.shm_dir}")
         return 0

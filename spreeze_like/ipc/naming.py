@@ -17,6 +17,13 @@ creates is named::
 On Linux the segment ``/spz.X`` is the file ``/dev/shm/spz.X`` and a named semaphore ``/spz.X``
 is ``/dev/shm/sem.spz.X``.
 
+The prefix ``spz`` can be lengthened with the environment variable ``SPREEZE_LIKE_SHM_PREFIX``
+(``spz`` followed by at most 16 of a-z and 0-9, e.g. ``spzgw0``): runs, sweeps and
+tools/shm_doctor.py see only the names of their own prefix. The test suite gives each pytest-xdist
+worker its own, so that one worker's start never sweeps what another worker's test killed and is
+about to inspect, and each worker's leak check sees its own segments only (tests/conftest.py).
+Every process of a run reads the same value: the roles inherit the supervisor's environment.
+
 Liveness and the sweep. A creator holds a *lifetime lock* (a shared ``flock``) on each segment
 file from creation to unlink (:func:`hold_lifetime_lock`, called by ``Segment.create``); the
 kernel drops it when the creator dies, SIGKILL and OOM kill included. If the creator died,
@@ -30,6 +37,7 @@ users, and entries the sweep cannot remove, are reported and left alone.
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import re
 import secrets
@@ -39,11 +47,32 @@ from dataclasses import dataclass, field
 import psutil
 
 SHM_DIR = "/dev/shm"
-PREFIX = "spz"
+DEFAULT_PREFIX = "spz"
+PREFIX_ENV = "SPREEZE_LIKE_SHM_PREFIX"
+_PREFIX_RE = re.compile(r"^spz[a-z0-9]{0,16}$")
 _SEM_FILE_PREFIX = "sem."
 _RUN_ID_RE = re.compile(r"^[0-9a-zA-Z]{1,32}$")
 _KIND_RE = re.compile(r"^[a-z0-9][a-z0-9-]{0,31}$")
-_NAME_RE = re.compile(r"^/?(?:sem\.)?spz\.([0-9a-zA-Z]{1,32})\.(\d+)\.([a-z0-9][a-z0-9-]{0,31})\.(\d+)$")
+
+
+def shm_prefix() -> str:
+    """The first part of every name: ``spz``, or ``$SPREEZE_LIKE_SHM_PREFIX`` where that is set.
+
+    Raises:
+        ShmError: If the variable is set to something else than ``spz`` and up to 16 of a-z, 0-9.
+    """
+    prefix = os.environ.get(PREFIX_ENV) or DEFAULT_PREFIX
+    if not _PREFIX_RE.match(prefix):
+        from spreeze_like.errors import ShmError
+
+        raise ShmError(f"{PREFIX_ENV}={prefix!r} is not a shared-memory prefix: use 'spz' followed by at most "
+                       f"16 lower-case letters and digits (e.g. spzgw0), or unset it")
+    return prefix
+
+
+@functools.lru_cache(maxsize=8)
+def _name_re(prefix: str) -> re.Pattern[str]:
+    return re.compile(rf"^/?(?:sem\.)?{prefix}\.([0-9a-zA-Z]{{1,32}})\.(\d+)\.([a-z0-9][a-z0-9-]{{0,31}})\.(\d+)$")
 
 
 @dataclass(frozen=True)
@@ -65,7 +94,7 @@ class ShmName:
     @property
     def name(self) -> str:
         """The POSIX name with its leading slash, as posix_ipc takes it."""
-        return f"/{PREFIX}.{self.run_id}.{self.creator_pid}.{self.kind}.{self.index}"
+        return f"/{shm_prefix()}.{self.run_id}.{self.creator_pid}.{self.kind}.{self.index}"
 
     def __str__(self) -> str:
         return self.name
@@ -105,9 +134,9 @@ def parse_name(name: str) -> ShmName | None:
     """Parse one of our names; ``None`` if ``name`` is not ours.
 
     Accepts the POSIX name (``/spz...``), the file name under /dev/shm (``spz...``) and the file
-    name of a named semaphore (``sem.spz...``).
+    name of a named semaphore (``sem.spz...``); names of another prefix (:func:`shm_prefix`) are not ours.
     """
-    m = _NAME_RE.match(name)
+    m = _name_re(shm_prefix()).match(name)
     if m is None:
         return None
     return ShmName(run_id=m.group(1), creator_pid=int(m.group(2)), kind=m.group(3), index=int(m.group(4)))

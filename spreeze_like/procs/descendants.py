@@ -125,9 +125,10 @@ class Reaper:
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:
-        from spreeze_like.ipc.naming import PREFIX, SHM_DIR  # the script itself cannot import the package
+        from spreeze_like.ipc.naming import SHM_DIR, shm_prefix  # the script itself cannot import the package
 
-        argv = [sys.executable, "-I", "-S", os.path.abspath(__file__), self.run_id, SHM_DIR, f"{PREFIX}.{self.run_id}."]
+        argv = [sys.executable, "-I", "-S", os.path.abspath(__file__), self.run_id, SHM_DIR,
+                f"{shm_prefix()}.{self.run_id}."]
         try:
             self.process = subprocess.Popen(argv,
                                             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,

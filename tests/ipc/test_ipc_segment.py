@@ -23,12 +23,13 @@ from spreeze_like.ipc import (
     sweep_dead_segments,
     unlink_run,
 )
+from spreeze_like.ipc.naming import shm_prefix
 
 
 def test_name_round_trip():
     run = new_run_id()
     name = segment_name(run, "w-actor", 3)
-    assert name == f"/spz.{run}.{os.getpid()}.w-actor.3"
+    assert name == f"/{shm_prefix()}.{run}.{os.getpid()}.w-actor.3"
     parsed = parse_name(name)
     assert parsed is not None and parsed.name == name
     assert (parsed.run_id, parsed.creator_pid, parsed.kind, parsed.index) == (run, os.getpid(), "w-actor", 3)

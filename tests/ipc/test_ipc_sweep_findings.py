@@ -26,6 +26,7 @@ import psutil
 import pytest
 
 from spreeze_like.ipc import Segment, list_our_files, new_run_id, parse_name, sweep_dead_segments
+from spreeze_like.ipc.naming import shm_prefix
 
 HERE = Path(__file__).resolve().parent
 MARKER = b"live creator in another pid namespace"  # what pidns_creator.py writes into its segment
@@ -80,8 +81,8 @@ def _as_nobody(code: str) -> subprocess.CompletedProcess:
 def test_finding01_sweep_skips_other_users_leftovers():
     run, dead = new_run_id(), _dead_pid()
     with _sticky_dir() as d:
-        roots = _leftover(d, f"spz.{run}.{dead}.ring.0", 0)
-        mine = _leftover(d, f"spz.{run}.{dead}.ring.1", NOBODY)
+        roots = _leftover(d, f"{shm_prefix()}.{run}.{dead}.ring.0", 0)
+        mine = _leftover(d, f"{shm_prefix()}.{run}.{dead}.ring.1", NOBODY)
         proc = _as_nobody(
             "from spreeze_like.ipc.naming import sweep_dead_segments\n"
             "#DROP\n"
@@ -104,8 +105,8 @@ def test_finding01_sweep_skips_other_users_leftovers():
 def test_finding01_shm_doctor_clean_skips_other_users_leftovers():
     run, dead = new_run_id(), _dead_pid()
     with _sticky_dir() as d:
-        roots = _leftover(d, f"spz.{run}.{dead}.ring.0", 0)
-        mine = _leftover(d, f"spz.{run}.{dead}.ring.1", NOBODY)
+        roots = _leftover(d, f"{shm_prefix()}.{run}.{dead}.ring.0", 0)
+        mine = _leftover(d, f"{shm_prefix()}.{run}.{dead}.ring.1", NOBODY)
         proc = _as_nobody(f"import shm_doctor\n#DROP\nsys.exit(shm_doctor.main(['--shm-dir', {str(d)!r}, '--clean']))\n")
         assert proc.returncode == 0, proc.stderr  # before the fix: PermissionError traceback
         assert "Traceback" not in proc.stderr
@@ -122,7 +123,7 @@ def test_finding01_root_sweep_leaves_other_users_entries():
     # that user's run is alive cannot be told from here (its lock needs its file opened).
     run, dead = new_run_id(), _dead_pid()
     with _sticky_dir() as d:
-        theirs = _leftover(d, f"spz.{run}.{dead}.ring.0", NOBODY)
+        theirs = _leftover(d, f"{shm_prefix()}.{run}.{dead}.ring.0", NOBODY)
         assert sweep_dead_segments(str(d)) == []
         assert theirs.exists()
         from spreeze_like.ipc.naming import sweep_shm
@@ -153,7 +154,7 @@ def _creator_in_new_pid_namespace(run: str, ns_pid: int) -> Iterator[tuple[subpr
         ["unshare", "--pid", "--fork", "--mount-proc", sys.executable, str(CREATOR), "init", run, str(ns_pid)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
-    name = f"/spz.{run}.{ns_pid}.ring.0"
+    name = f"/{shm_prefix()}.{run}.{ns_pid}.ring.0"
     try:
         line = proc.stdout.readline()
         assert line, proc.stderr.read()
@@ -289,7 +290,7 @@ for fd in os.listdir("/proc/self/fd"):
 def test_finding06_lifetime_lock_is_not_inherited_by_children():
     # The lock must die with its creator: a child that inherited the descriptor (even one that kept
     # every descriptor: close_fds=False) would keep a dead run's segments "alive" for as long as it lives.
-    with Segment.create(f"/spz.{new_run_id()}.{os.getpid()}.ring.0", 4096) as seg:
+    with Segment.create(f"/{shm_prefix()}.{new_run_id()}.{os.getpid()}.ring.0", 4096) as seg:
         path = "/dev/shm" + seg.name
         here = []
         for fd in os.listdir("/proc/self/fd"):
@@ -308,7 +309,7 @@ def test_finding06_every_unlink_path_drops_the_lifetime_lock():
     from spreeze_like.ipc import unlink_run, unlink_segment
 
     run = new_run_id()
-    segs = [Segment.create(f"/spz.{run}.{os.getpid()}.ring.{i}", 4096) for i in range(3)]
+    segs = [Segment.create(f"/{shm_prefix()}.{run}.{os.getpid()}.ring.{i}", 4096) for i in range(3)]
     paths = {"/dev/shm" + s.name for s in segs}
 
     def held() -> set[str]:

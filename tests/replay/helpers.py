@@ -10,6 +10,7 @@ import os
 import numpy as np
 import posix_ipc
 
+from spreeze_like.ipc import segment_name
 from spreeze_like.replay.sum_tree import SumTree
 
 
@@ -43,7 +44,7 @@ def assert_tree_consistent(tree: SumTree, rel: float = 1e-9) -> None:
 @contextlib.contextmanager
 def shared_buffer(nbytes: int, kind: str, index: int = 0):
     """A fresh POSIX shared-memory segment named by the project rule; unlinked on exit."""
-    name = f"/spz.test{os.getpid()}.{os.getpid()}.{kind}.{index}"
+    name = segment_name(f"test{os.getpid()}", kind, index)
     shm = posix_ipc.SharedMemory(name, posix_ipc.O_CREX, size=nbytes)
     try:
         mem = mmap.mmap(shm.fd, shm.size)

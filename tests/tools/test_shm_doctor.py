@@ -12,6 +12,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from spreeze_like.ipc.naming import shm_prefix
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -24,8 +26,8 @@ def test_lists_and_cleans_only_dead_creators(tmp_path):
     # a private directory standing in for /dev/shm, so a concurrent run on this machine is untouched
     dead_pid = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
                               capture_output=True, text=True, check=True).stdout.strip()
-    dead = f"spz.abcd1234.{dead_pid}.ring.0"
-    live = f"spz.abcd1234.{os.getpid()}.ring.1"
+    dead = f"{shm_prefix()}.abcd1234.{dead_pid}.ring.0"
+    live = f"{shm_prefix()}.abcd1234.{os.getpid()}.ring.1"
     for name in (dead, live, "unrelated.file"):
         (tmp_path / name).write_bytes(b"x" * 1024)
     with open(tmp_path / live, "rb") as held:
