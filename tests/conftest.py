@@ -13,7 +13,7 @@ ours when it appeared during the test and its creator is this pytest process or 
 segment of a live unrelated process (another test session on the same machine) is not ours.
 
 Under pytest-xdist (``-n 2``) each worker names its segments with a prefix of its own
-(``SPREEZE_LIKE_SHM_PREFIX=spzgw0``, set here before any test and inherited by every process a test
+(``SPREEZE_LIKE_SHM_PREFIX=spzgw0<8 characters of the session's id>``, set here before any test and inherited by every process a test
 starts), and a run's start-up sweep, tools/shm_doctor.py and this check see only names of their own
 prefix: a worker never sweeps the segments another worker's test killed a run to inspect, and never
 counts them as its own leak. Each worker holds one test at a time, so the rule above stays exact.
@@ -25,6 +25,7 @@ pytest run in the background by a shell), so that the CLIs the tests start recei
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -34,7 +35,10 @@ import pytest
 SHM_DIR = "/dev/shm"
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ... under pytest-xdist; empty in a serial run
 if _WORKER:
-    os.environ["SPREEZE_LIKE_SHM_PREFIX"] = "spz" + _WORKER
+    # the worker and its session (two pytest sessions at once each have a gw0: seen on 2026-11-30, one's start
+    # swept the segments the other's test had killed a run to inspect); at most 16 characters after spz
+    _SESSION = re.sub(r"[^a-z0-9]", "", os.environ.get("PYTEST_XDIST_TESTRUNUID", "").lower())[:8]
+    os.environ["SPREEZE_LIKE_SHM_PREFIX"] = ("spz" + _WORKER + _SESSION)[:19]
 _PREFIX = os.environ.get("SPREEZE_LIKE_SHM_PREFIX") or "spz"
 PREFIXES = (f"{_PREFIX}.", f"sem.{_PREFIX}.")
 

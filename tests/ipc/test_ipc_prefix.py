@@ -78,6 +78,6 @@ def test_this_worker_names_segments_with_its_own_prefix():
     worker = os.environ.get("PYTEST_XDIST_WORKER", "")
     if not worker:
         pytest.skip("not a pytest-xdist worker")
-    assert shm_prefix() == "spz" + worker
-    name = segment_name(new_run_id(), "ring")
-    assert name.startswith(f"/spz{worker}.")
+    session = os.environ["PYTEST_XDIST_TESTRUNUID"][:8].lower()
+    assert shm_prefix() == f"spz{worker}{session}"
+    assert segment_name(new_run_id(), "ring").startswith(f"/spz{worker}{session}.")
