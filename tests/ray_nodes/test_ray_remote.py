@@ -211,9 +211,11 @@ def test_address_that_accepts_but_never_answers_fails_in_one_line(cluster, tmp_p
 def test_worker_raylet_sigkill_run_finishes_on_the_local_sampler(cluster, tmp_path):
     # Small remote batches and a quota (half of 8000) the remote sampler cannot finish before the kill: it
     # delivers ~1000 steps/s when unpaced, so with big batches it was done with its share at step ~3200.
+    # The place timeout also covers the first start of the actor (a Ray worker process importing the env):
+    # 5 s was not enough beside another pytest-xdist worker's runs (2026-11-30; abandoned before its first row).
     steps = 8000
     logdir, log = tmp_path / "runs", tmp_path / "raylet.log"
-    proc = start_cli(cluster, *TINY, *REMOTE, "--total-steps", str(steps), "--remote-place-timeout-s", "5",
+    proc = start_cli(cluster, *TINY, *REMOTE, "--total-steps", str(steps), "--remote-place-timeout-s", "20",
                      "--remote-batch", "256", "--logdir", str(logdir), log=log)
     try:
         run_dir = only_run_dir(logdir)
