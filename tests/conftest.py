@@ -13,10 +13,11 @@ ours when it appeared during the test and its creator is this pytest process or 
 segment of a live unrelated process (another test session on the same machine) is not ours.
 
 Under pytest-xdist (``-n 2``) each worker names its segments with a prefix of its own
-(``SPREEZE_LIKE_SHM_PREFIX=spzgw0<8 characters of the session's id>``, set here before any test and inherited by every process a test
-starts), and a run's start-up sweep, tools/shm_doctor.py and this check see only names of their own
-prefix: a worker never sweeps the segments another worker's test killed a run to inspect, and never
-counts them as its own leak. Each worker holds one test at a time, so the rule above stays exact.
+(``SPREEZE_LIKE_SHM_PREFIX=spzgw0<8 characters of the session's id>``, set here before any test and
+inherited by every process a test starts), and a run's start-up sweep, tools/shm_doctor.py and this
+check see only names of their own prefix: a worker never sweeps the segments another worker's test
+killed a run to inspect, and never counts them as its own leak. Each worker holds one test at a
+time, so the rule above stays exact.
 
 ``pytest_configure`` also gives this process Python's SIGINT handler when it started with SIGINT ignored (a
 pytest run in the background by a shell), so that the CLIs the tests start receive the tests' Ctrl-C.
