@@ -165,9 +165,10 @@ def test_the_records_left_in_the_rings_at_a_stop_are_in_the_saved_replay(tmp_pat
     second session the saved replay lacked it for good (37 of 5,765 transitions in a Pendulum-v1 run by
     hand). With the critic frozen while the samplers write, records are left for the supervisor's drain
     unless the critic was frozen just before a drain of its own, which it then finishes (seen in at least
-    3 early runs, not counted): so up to four stops, every one checked, until one has left records."""
+    3 early runs, not counted): so up to eight stops, every one checked, until one has left records. (Four
+    were once not enough beside another pytest-xdist worker's runs, 2026-11-30.)"""
     extra = ["--prioritized"] if replay == "prioritized" else []
-    for attempt in range(4):
+    for attempt in range(8):
         status, text, run_dir = _stop_with_the_critic_frozen(tmp_path / f"runs{attempt}", extra)
         assert status == 143, text[-3000:]
         payload, _ = load_latest(run_dir)
@@ -182,4 +183,4 @@ def test_the_records_left_in_the_rings_at_a_stop_are_in_the_saved_replay(tmp_pat
         assert_nothing_left(run_dir)
         if left > 0:
             return
-    raise AssertionError("in none of four stops were records left in the rings: the case was not tested")
+    raise AssertionError("in none of eight stops were records left in the rings: the case was not tested")
