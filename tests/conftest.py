@@ -33,15 +33,16 @@ import time
 import psutil
 import pytest
 
+from spreeze_like.ipc.naming import DEFAULT_PREFIX, PREFIX_ENV, shm_prefix
+
 SHM_DIR = "/dev/shm"
 _WORKER = os.environ.get("PYTEST_XDIST_WORKER", "")  # gw0, gw1, ... under pytest-xdist; empty in a serial run
 if _WORKER:
     # the worker and its session (two pytest sessions at once each have a gw0: seen on 2026-11-30, one's start
     # swept the segments the other's test had killed a run to inspect); at most 16 characters after spz
     _SESSION = re.sub(r"[^a-z0-9]", "", os.environ.get("PYTEST_XDIST_TESTRUNUID", "").lower())[:8]
-    os.environ["SPREEZE_LIKE_SHM_PREFIX"] = ("spz" + _WORKER + _SESSION)[:19]
-_PREFIX = os.environ.get("SPREEZE_LIKE_SHM_PREFIX") or "spz"
-PREFIXES = (f"{_PREFIX}.", f"sem.{_PREFIX}.")
+    os.environ[PREFIX_ENV] = (DEFAULT_PREFIX + _WORKER + _SESSION)[:19]
+PREFIXES = (f"{shm_prefix()}.", f"sem.{shm_prefix()}.")
 
 
 def _our_names() -> set[str]:
