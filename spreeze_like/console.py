@@ -16,6 +16,7 @@ stderr and its exit status (2), Ctrl-C one line and 130, SIGTERM one line and 14
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import signal
 import sys
@@ -51,36 +52,53 @@ def exit_status(body: Callable[[], int], interrupted: str = "interrupted") -> in
     """``body()``'s exit status; a :class:`SpreezeError` is its one line and status, Ctrl-C ``interrupted`` and 130
     (or the line the ``KeyboardInterrupt`` carries, where the body knows better what there is to resume), SIGTERM
     the same line and 143 (where the body installs no handler of its own: a run's roles do)."""
-    with _sigterm_interrupts() as terminated:
+    with _sigterm_interrupts() as sigterm:
         try:
-            return body()
+            try:
+                return body()
+            finally:
+                sigterm.armed = False  # the ending is under way: a SIGTERM from here on is noted, never raised
         except SpreezeError as exc:
             say(f"error: {exc}", file=sys.stderr)
             return exc.exit_code
         except KeyboardInterrupt as exc:
             say(str(exc) or interrupted, file=sys.stderr)
-            return 128 + signal.SIGTERM if terminated else 130
+            return 128 + signal.SIGTERM if sigterm.raised else 130
+
+
+@dataclasses.dataclass
+class _Sigterm:
+    """What :func:`_sigterm_interrupts`' handler did: ``raised`` once at most, and only while ``armed``."""
+
+    armed: bool = True
+    raised: bool = False
 
 
 @contextlib.contextmanager
-def _sigterm_interrupts() -> Iterator[list[int]]:
-    """SIGTERM raises ``KeyboardInterrupt`` in the block (and is listed in what it yields), so that ``finally``
-    clauses run: the autotune probe's worker killed, its ring unlinked, its queue closed. By default SIGTERM
-    ends the process on the spot (a batch system's stop during the probe: no line, and multiprocessing's
-    warning about leaked semaphores). A run's supervisor or serial trainer installs its own handlers inside it
-    and puts this one back when it ends."""
-    received: list[int] = []
+def _sigterm_interrupts() -> Iterator[_Sigterm]:
+    """SIGTERM raises ``KeyboardInterrupt`` in the block, so that ``finally`` clauses run: the autotune probe's
+    worker killed, its ring unlinked, its queue closed. By default SIGTERM ends the process on the spot (a batch
+    system's stop during the probe: no line, and multiprocessing's warning about leaked semaphores). A run's
+    supervisor or serial trainer installs its own handlers inside it and puts this one back when it ends.
+
+    It raises once, and not after :func:`exit_status` has disarmed it (its body has ended): SIGTERMs sent every
+    2 ms through a run's stop reached this handler once the supervisor had put it back, and it raised in the
+    ending itself (between the body's SystemExit(143) and this block's exit, seen in CI on 2026-11-30), which
+    printed a traceback and, since this ``finally`` never ran, left the handler in place to interrupt torch's
+    finalizers at exit. A later SIGTERM is noted and ignored; this block's end puts the previous handler back."""
+    state = _Sigterm()
     if threading.current_thread() is not threading.main_thread():  # signals are the caller's there
-        yield received
+        yield state
         return
 
     def handler(signum: int, frame: object) -> None:
-        received.append(signum)
-        raise KeyboardInterrupt
+        if state.armed:
+            state.armed, state.raised = False, True
+            raise KeyboardInterrupt
 
     previous = signal.signal(signal.SIGTERM, handler)
     try:
-        yield received
+        yield state
     finally:
         signal.signal(signal.SIGTERM, previous)
 

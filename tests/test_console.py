@@ -134,3 +134,63 @@ def test_exit_status_turns_errors_and_ctrl_c_into_one_line_each(capsys):
     assert signal.getsignal(signal.SIGTERM) is before  # put back
     with pytest.raises(RuntimeError):
         exit_status(broken)
+
+
+def test_a_sigterm_in_the_ending_of_exit_status_is_noted_not_raised(monkeypatch, capsys):
+    """SIGTERMs every 2 ms through a run's stop reach exit_status's handler once the supervisor has put it back
+    (test_finding18 in CI, 2026-11-30): one that landed while the ending ran raised KeyboardInterrupt there, a
+    traceback. Here one lands while the error line of the body's SpreezeError is written: the line and its status
+    stand, and the handler is put back."""
+    import time
+
+    from spreeze_like import console
+    from spreeze_like.errors import CheckpointError
+
+    say = console.say
+
+    def say_under_sigterm(line: str, file=None) -> None:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.05)  # the handler runs here: it must not raise
+        say(line, file=file)
+
+    def fails() -> int:
+        raise CheckpointError("no checkpoint in x")
+
+    monkeypatch.setattr(console, "say", say_under_sigterm)
+    before = signal.getsignal(signal.SIGTERM)
+    assert _no_escape(console.exit_status, fails) == 2
+    assert capsys.readouterr().err == "error: no checkpoint in x\n"
+    assert signal.getsignal(signal.SIGTERM) is before
+
+
+def test_exit_status_raises_for_the_first_sigterm_only_so_the_bodys_cleanup_runs_to_its_end(capsys):
+    """The first SIGTERM interrupts the body (its ``finally`` clauses clean up: the autotune probe's worker and
+    ring); a second one during that cleanup must not cut it short."""
+    import time
+
+    from spreeze_like.console import exit_status
+
+    cleaned = []
+
+    def body() -> int:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(5)  # the handler raises before this ends
+        finally:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(0.05)  # a second SIGTERM lands in the cleanup
+            cleaned.append(True)
+        return 0
+
+    assert _no_escape(exit_status, body) == 143
+    assert cleaned == [True]
+    assert capsys.readouterr().err == "interrupted\n"
+
+
+def _no_escape(exit_status, body) -> int:
+    """``exit_status(body)``; a KeyboardInterrupt out of it (the traceback a user would see) fails the test
+    instead of stopping the pytest session."""
+    try:
+        return exit_status(body)
+    except KeyboardInterrupt:
+        pytest.fail("KeyboardInterrupt escaped exit_status: a traceback for the user")
