@@ -57,7 +57,7 @@ def exit_status(body: Callable[[], int], interrupted: str = "interrupted") -> in
             try:
                 return body()
             finally:
-                sigterm.armed = False  # the ending is under way: a SIGTERM from here on is noted, never raised
+                sigterm.armed = False  # the ending is under way: a SIGTERM from here on is ignored, never raised
         except SpreezeError as exc:
             say(f"error: {exc}", file=sys.stderr)
             return exc.exit_code
@@ -85,7 +85,7 @@ def _sigterm_interrupts() -> Iterator[_Sigterm]:
     2 ms through a run's stop reached this handler once the supervisor had put it back, and it raised in the
     ending itself (between the body's SystemExit(143) and this block's exit, seen in CI on 2026-11-30), which
     printed a traceback and, since this ``finally`` never ran, left the handler in place to interrupt torch's
-    finalizers at exit. A later SIGTERM is noted and ignored; this block's end puts the previous handler back."""
+    finalizers at exit. A later SIGTERM is ignored; this block's end puts the previous handler back."""
     state = _Sigterm()
     if threading.current_thread() is not threading.main_thread():  # signals are the caller's there
         yield state

@@ -71,6 +71,8 @@ stamp() { echo "[gpu_session +$(( $(date +%s) - t0 )) s] $*"; }
 # the autotuner's probe files (its cache) come back too: a recorded GPU probe is a planner fixture
 # (tests/autotune/fixtures; the grid of 2026-11-28 had to be transcribed from the printed lines)
 keep_probes() { cp "${1:-${XDG_CACHE_HOME:-$HOME/.cache}}"/spreeze_like/probes/*.json "$out/" 2>/dev/null || true; }
+# every prefix of ours (spreeze_like/ipc/naming.py): the xdist workers' tests name theirs spzgw<N><session>.
+segments_left() { ls /dev/shm | grep -cE '^(sem\.)?spz[a-z0-9]*\.' | sed 's/^/segments of ours left in \/dev\/shm: /'; }
 
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
   || { echo "error: wheel install failed" >&2; exit 3; }
@@ -118,7 +120,7 @@ elif [ "$phase" = grid1 ] || [ "$phase" = grid2 ] || [ "$phase" = autotuned ]; t
   stamp "grid part $k done"
 fi
 if [ "$phase" != core ]; then
-  ls /dev/shm | grep -cE '^(sem\.)?spz[a-z0-9]*\.' | sed 's/^/segments of ours left in \/dev\/shm: /'
+  segments_left
   exit 0
 fi
 
@@ -150,5 +152,4 @@ XDG_CACHE_HOME=/tmp/core_probe_cache timeout 45 python3 -m spreeze_like.run --en
 tail -40 "$out/autotune_plan.txt"
 keep_probes /tmp/core_probe_cache
 stamp "autotune plan done"
-# every prefix of ours: the xdist workers' tests name theirs spzgw<N><session>. (tests/conftest.py)
-ls /dev/shm | grep -cE '^(sem\.)?spz[a-z0-9]*\.' | sed 's/^/segments of ours left in \/dev\/shm: /'
+segments_left
