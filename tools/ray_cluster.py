@@ -257,17 +257,25 @@ class LocalCluster:
     # ---- processes ----
 
     def processes(self) -> list[psutil.Process]:
-        """Every live process of this cluster: command line naming its temp folder, and their descendants."""
+        """Every live process of this cluster, and their descendants: a command line naming its temp folder, or
+        this cluster's token in the environment (never this process or its ancestors).
+
+        The token catches what the folder misses: the head's Ray client server (``python -m
+        ray.util.client.server``) names neither the folder nor a parent of ours, and outlived every stop until
+        2026-11-30. It also catches any driver still running with :meth:`env`, which a stop should end too.
+        """
         if not self.temp_dir:
             return []
+        me = {os.getpid(), *(p.pid for p in psutil.Process().parents())}
         found: dict[int, psutil.Process] = {}
         for p in psutil.process_iter(["pid", "cmdline"]):
             try:
-                if any(self.temp_dir in part for part in (p.info["cmdline"] or [])):
+                if p.pid not in me and (any(self.temp_dir in part for part in (p.info["cmdline"] or []))
+                                        or p.environ().get("RAY_AUTH_TOKEN") == self.token):
                     found[p.pid] = p
                     for child in p.children(recursive=True):
                         found[child.pid] = child
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
+            except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
                 continue
         return [p for p in found.values() if _alive(p)]
 

@@ -7,7 +7,8 @@ quota (the control row's ``quota-<i>``), and counts in the end-of-sampling check
 
 - :func:`preflight_ray`, before any segment: it checks that Ray is installed
   (``importlib.util.find_spec``: the supervisor never imports ray) and that the cluster's address
-  accepts a TCP connection within :data:`RAY_CONNECT_S`; either failure is one line, exit status 2.
+  accepts a TCP connection and answers an HTTP/2 greeting, within
+  :data:`~spreeze_like.remote.address.ANSWER_S` each; either failure is one line, exit status 2.
 - :class:`SamplerQuotas`: when the bridge gives a remote sampler up (``abandoned`` in its row) with
   steps of its quota left, the supervisor hands them to the local samplers
   (:meth:`SamplerQuotas.reassign_abandoned`), or ends the run with one line when no sampler is left
@@ -29,10 +30,9 @@ from spreeze_like.errors import ConfigError
 from spreeze_like.ipc.stats_block import RoleStats, StatsBlock
 from spreeze_like.procs import pacing
 from spreeze_like.procs.control import quota_slot
-from spreeze_like.remote.address import parse_ray_address, resolve_ray_address, unreachable_reason
+from spreeze_like.remote.address import ANSWER_S, parse_ray_address, resolve_ray_address, unanswered_reason
 from spreeze_like.remote.info_file import REMOTE_INFO_FILE
 
-RAY_CONNECT_S = 5.0  # --ray's preflight: the cluster's GCS port must accept a TCP connection within this
 RAY_MISSING = 'error: --ray needs Ray: pip install "spreeze_like[ray]"'
 
 
@@ -50,9 +50,9 @@ def preflight_ray(cfg: TrainConfig) -> str | None:
     ray_address = resolve_ray_address(cfg.ray)
     host, port = parse_ray_address(cfg.ray)
     said = f"--ray {cfg.ray}" + (f" ({ray_address})" if ray_address != cfg.ray else "")
-    why = unreachable_reason(host, port, RAY_CONNECT_S)
+    why = unanswered_reason(host, port, ANSWER_S)
     if why is not None:
-        raise ConfigError(f"{said}: no Ray cluster answers at {host}:{port} ({why}; waited up to {RAY_CONNECT_S:.0f} s); "
+        raise ConfigError(f"{said}: no Ray cluster answers at {host}:{port} ({why}; waited up to {ANSWER_S:.0f} s); "
                           f"start one there (ray start --head --port={port}) or give its head's host:port")
     return ray_address
 

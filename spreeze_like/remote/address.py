@@ -2,7 +2,7 @@
 
 Used by config validation (a malformed address is one line before any process starts), by the
 supervisor (before any segment) and by the bridge process (before ``ray.init``). Nothing here imports
-ray: these are plain strings and one TCP connect.
+ray: these are plain strings and one TCP connection (a connect and a greeting).
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from spreeze_like.errors import ConfigError
 
 RAY_DEFAULT_PORT = 6379  # what ``ray start --head`` listens on unless told otherwise
 RAY_ADDRESS_VAR = "RAY_ADDRESS"  # Ray's own variable for the cluster to connect to
+ANSWER_S = 5.0  # the head's GCS port must accept a connection, then answer the greeting, within this each
 
 
 def resolve_ray_address(value: str, environ: typing.Mapping[str, str] | None = None) -> str:
@@ -44,16 +45,33 @@ def parse_ray_address(value: str, environ: typing.Mapping[str, str] | None = Non
     return host, int(port)
 
 
-def unreachable_reason(host: str, port: int, timeout_s: float) -> str | None:
-    """Why ``host:port`` did not accept a TCP connection within ``timeout_s``, or None if it did.
+# An HTTP/2 client's opening (RFC 9113 section 3.4: the preface, then an empty SETTINGS frame). A Ray head's
+# GCS is a gRPC server and answers with its own SETTINGS frame at once (0.2 ms measured here, Ray 2.60). A
+# server that rejects the greeting (closes, resets, or replies in its own protocol) has answered too: ray.init
+# then says what it is. A port that accepts and says nothing (a service waiting for its own client's first
+# words, a wrong port) would keep ray.init retrying for minutes.
+HTTP2_GREETING = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 
-    The ``--ray`` checks of the supervisor (before any segment) and of the bridge (before ``ray.init``,
-    which would retry for minutes against a head that is gone) both ask this.
+
+def unanswered_reason(host: str, port: int, timeout_s: float) -> str | None:
+    """Why ``host:port`` is no Ray head to try, or None: it accepts a TCP connection and answers a greeting.
+
+    Within ``timeout_s`` each, the port must accept a connection, then send any byte (or close) after
+    :data:`HTTP2_GREETING`. The ``--ray`` checks of the supervisor (before any segment) and of the bridge
+    (before ``ray.init``) both ask this; the reason goes into their one error line.
     """
     import socket
 
     try:
-        with socket.create_connection((host, port), timeout=timeout_s):
-            return None
+        conn = socket.create_connection((host, port), timeout=timeout_s)
     except OSError as exc:
         return "timed out" if isinstance(exc, TimeoutError) else (exc.strerror or type(exc).__name__)
+    with conn:
+        try:
+            conn.sendall(HTTP2_GREETING)
+            conn.recv(1)  # bytes, or b"" when it closed: either way something speaks there
+        except TimeoutError:
+            return "it accepted a connection but sent nothing back to an HTTP/2 greeting"
+        except OSError:  # reset: a server that rejected the greeting answered, and ray.init will say what it is
+            pass
+    return None

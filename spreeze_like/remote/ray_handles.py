@@ -31,13 +31,12 @@ from typing import Any
 import numpy as np
 
 from spreeze_like.errors import SpreezeError
-from spreeze_like.remote.address import parse_ray_address, unreachable_reason
+from spreeze_like.remote.address import ANSWER_S, parse_ray_address, unanswered_reason
 from spreeze_like.remote.worker import RemoteSampler
 
 SHM_DIR = "/dev/shm"
-CONNECT_S = 5.0  # the head's GCS port must accept a TCP connection within this (as in the supervisor's preflight)
-# ray.init took 0.03-4 s here (design note); a port that accepts and never answers as a Ray GCS (another
-# service, a wrong port) would keep it retrying for minutes, so the join gets this long, then one line.
+# ray.init took 0.03-4 s here (design note). A port that answers the greeting (address.py) and still never
+# completes a join would keep it retrying for minutes, so the join gets this long, then one line.
 INIT_S = 20.0
 
 
@@ -83,10 +82,10 @@ def connect(address: str, run_id: str, log_path: str | os.PathLike | None = None
     except ImportError:
         raise SpreezeError('--ray needs Ray: pip install "spreeze_like[ray]"') from None
     host, port = parse_ray_address(address)
-    why = unreachable_reason(host, port, CONNECT_S)  # ray.init would wait minutes for a head that is gone
+    why = unanswered_reason(host, port, ANSWER_S)  # gone since the supervisor's check: ray.init would wait minutes
     if why is not None:
         raise SpreezeError(f"cannot join the Ray cluster at {address}: nothing answers at {host}:{port} ({why}, "
-                           f"waited up to {CONNECT_S:.0f} s)")
+                           f"waited up to {ANSWER_S:.0f} s)")
     if log_path is not None:
         divert_cluster_errors(log_path)
     outcome: dict[str, BaseException | None] = {}
@@ -107,9 +106,8 @@ def connect(address: str, run_id: str, log_path: str | os.PathLike | None = None
         thread.start()
         thread.join(INIT_S)
     if thread.is_alive():
-        raise SpreezeError(f"cannot join the Ray cluster at {address}: {host}:{port} accepted a connection but did "
-                           f"not answer as a Ray cluster within {INIT_S:.0f} s (is it the port `ray start --head` "
-                           f"printed?)")
+        raise SpreezeError(f"cannot join the Ray cluster at {address}: {host}:{port} answers, but no Ray join "
+                           f"completed within {INIT_S:.0f} s (is it the port `ray start --head` printed?)")
     exc = outcome.get("error")
     if exc is not None:  # ConnectionError, RuntimeError (version mismatch), auth errors...
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

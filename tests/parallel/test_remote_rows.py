@@ -19,6 +19,7 @@ import pytest
 
 from spreeze_like.checkpoint import load_latest
 from spreeze_like.procs import pacing
+from tests.remote.loopback import SETTINGS_FRAME, loopback_server
 
 from .fake_ray_bridge import REMOTE_RESTARTS, STEPS_VAR
 from .helpers import TINY_ARGS, assert_nothing_left, cli_env, only_run_dir, read_status, scalars, text_tags
@@ -63,11 +64,9 @@ def error_lines(proc: subprocess.CompletedProcess) -> list[str]:
 
 @pytest.fixture
 def listening_port():
-    """A loopback TCP port that accepts connections (the preflight's check), closed after the test."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as server:
-        server.bind(("127.0.0.1", 0))
-        server.listen(8)
-        yield server.getsockname()[1]
+    """A loopback TCP port that accepts and answers the greeting as a Ray GCS does (the preflight's check)."""
+    with loopback_server(SETTINGS_FRAME) as port:
+        yield port
 
 
 def refusing_port() -> int:
@@ -153,6 +152,23 @@ def test_an_address_that_refuses_is_one_line_exit_2_within_30_s(tmp_path):
     lines = error_lines(proc)
     assert len(lines) == 1 and lines[0].startswith(f"error: --ray 127.0.0.1:{port}: no Ray cluster answers at "
                                                    f"127.0.0.1:{port}"), proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    assert took < 30, took
+    assert not (only_run_dir(tmp_path / "runs") / "shm.json").exists()
+
+
+def test_an_address_that_accepts_and_never_answers_is_one_line_exit_2_before_any_segment(tmp_path):
+    # another service's port, or a wrong one: ray.init would retry there for minutes; the greeting finds it
+    with loopback_server(None) as port:
+        t0 = time.monotonic()
+        proc = run_python(CLI_WITH_FAKE_BRIDGE, *TINY_ARGS, "--ray", f"127.0.0.1:{port}", "--remote-samplers", "1",
+                          "--logdir", str(tmp_path / "runs"), timeout=120)
+        took = time.monotonic() - t0
+    assert proc.returncode == 2, proc.stdout[-3000:] + proc.stderr[-3000:]
+    expected = (f"error: --ray 127.0.0.1:{port}: no Ray cluster answers at 127.0.0.1:{port} (it accepted a "
+                f"connection but sent nothing back to an HTTP/2 greeting; waited up to 5 s); start one there "
+                f"(ray start --head --port={port}) or give its head's host:port")
+    assert error_lines(proc) == [expected], proc.stderr[-3000:]
     assert "Traceback" not in proc.stderr
     assert took < 30, took
     assert not (only_run_dir(tmp_path / "runs") / "shm.json").exists()

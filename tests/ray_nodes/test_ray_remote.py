@@ -15,12 +15,12 @@ import ipaddress
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
+from remote.loopback import SETTINGS_FRAME, loopback_server
 from remote_harness import (
     ACTOR_CLASS,
     TINY,
@@ -186,11 +186,9 @@ def test_supervisor_sigkill_leaves_no_actor_and_no_process(cluster, tmp_path):
 
 def test_address_that_accepts_but_never_answers_fails_in_one_line(cluster, tmp_path):
     # A TCP port that completes the handshake (the kernel does it for a listening socket) and never replies:
-    # the start-up check passes, and joining the "cluster" must still end the run in one line within 30 s.
-    with socket.socket() as silent:
-        silent.bind(("127.0.0.1", 0))
-        silent.listen(16)
-        port = silent.getsockname()[1]
+    # the start-up check's HTTP/2 greeting gets no answer, so the run ends in one line before any segment.
+    # (Before the greeting, this passed the check and waited out the bridge's 20 s join: 24.5 s in all.)
+    with loopback_server(None) as port:
         t0 = time.monotonic()
         proc = subprocess.Popen([sys.executable, "-m", "spreeze_like.run", "--ray", f"127.0.0.1:{port}", *TINY, *REMOTE,
                                  "--total-steps", "2000", "--logdir", str(tmp_path / "runs")], stdout=subprocess.PIPE,
@@ -204,8 +202,40 @@ def test_address_that_accepts_but_never_answers_fails_in_one_line(cluster, tmp_p
                         f"{err[-3000:]}")
         took = time.monotonic() - t0
     assert proc.returncode == 2, out[-2000:] + err[-2000:]
-    one_error_line(err)
-    assert took < 30.0, f"took {took:.1f} s"
+    assert "sent nothing back to an HTTP/2 greeting" in one_error_line(err)
+    assert took < 15.0, f"took {took:.1f} s"
+    assert not (only_run_dir(tmp_path / "runs") / "shm.json").exists()  # refused before the segments
+
+
+# ray_handles.connect in a process of its own, its join limit set from argv: a join that never completes leaves
+# ray.init's thread behind, so the process ends with os._exit (as the bridge's process does, procs/control.py).
+CONNECT_WITH_LIMIT = (
+    "import os, sys\n"
+    "from spreeze_like.errors import SpreezeError\n"
+    "from spreeze_like.remote import ray_handles\n"
+    "ray_handles.INIT_S = float(sys.argv[2])\n"
+    "try:\n"
+    "    ray_handles.connect(sys.argv[1], 'limit-test')\n"
+    "except SpreezeError as exc:\n"
+    "    print(f'error: {exc}', file=sys.stderr, flush=True)\n"
+    "    os._exit(2)\n"
+    "os._exit(0)\n"
+)
+
+
+def test_a_port_that_answers_the_greeting_but_is_no_ray_head_ends_at_the_join_limit(cluster):
+    # It sends an HTTP/2 SETTINGS frame, as a gRPC server does, and closes: the greeting passes and ray.init
+    # retries; the bridge's join gives up after INIT_S (20 s; 3 s here) with one line.
+    with loopback_server(SETTINGS_FRAME) as port:
+        t0 = time.monotonic()
+        done = subprocess.run([sys.executable, "-c", CONNECT_WITH_LIMIT, f"127.0.0.1:{port}", "3"], capture_output=True,
+                              text=True, timeout=60, env={**cluster.env(), "PYTHONWARNINGS": "ignore"}, check=False)
+        took = time.monotonic() - t0
+    assert done.returncode == 2, done.stdout[-2000:] + done.stderr[-2000:]
+    expected = (f"error: cannot join the Ray cluster at 127.0.0.1:{port}: 127.0.0.1:{port} answers, but no Ray join "
+                f"completed within 3 s (is it the port `ray start --head` printed?)")
+    assert [ln for ln in done.stderr.splitlines() if ln.startswith("error: ")] == [expected], done.stderr[-3000:]
+    assert 3.0 < took < 30.0, f"took {took:.1f} s"
 
 
 def test_worker_raylet_sigkill_run_finishes_on_the_local_sampler(cluster, tmp_path):
