@@ -109,3 +109,15 @@ def test_a_native_core_built_from_other_sources_is_refused_before_anything_runs(
     (copy / "native" / "src" / "sum_tree.cpp").write_text((copy / "native" / "src" / "sum_tree.cpp").read_text() + "\n")
     edited = subprocess.run(["bash", "tools/native_hash.sh"], capture_output=True, text=True, cwd=copy, check=True)
     assert edited.stdout != here.stdout
+
+
+def test_each_smoke_selection_term_names_a_gpu_step_test():
+    # the smoke runs first with -x: a renamed test would leave a term selecting nothing, and the capture path
+    # it stood for unchecked until the full GPU tests, minutes later on the scarce device
+    text = re.sub(r"\\\n\s*", " ", SCRIPT.read_text())
+    smoke = re.search(r"pytest -x .*?(tests/\S+\.py)\s+-k \"([^\"]+)\"", text)
+    assert smoke, "no smoke line (pytest -x ... FILE -k \"...\") in the script"
+    names = re.findall(r"^def (test_\w+)", (REPO / smoke.group(1)).read_text(), flags=re.MULTILINE)
+    terms = smoke.group(2).split(" or ")
+    assert terms and all(re.fullmatch(r"\w+", term) for term in terms), terms
+    assert [t for t in terms if not any(t in name for name in names)] == [], names
