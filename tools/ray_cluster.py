@@ -4,9 +4,10 @@
 desktop that keeps its cores for learners) and one or more worker nodes (``ray start --address=127.0.0.1:PORT
 --num-cpus=K``), each with its own port range, a 100 MB object store, no dashboard, usage stats off and token
 authentication with a fresh random token. Every Ray process it starts lives under one short temp folder
-(``--temp-dir``), so ``stop()`` finds them by that folder in their command line (plus their descendants,
-whose command line Ray rewrites to ``ray::<Class>.<method>``) and kills them by pid, SIGTERM then SIGKILL,
-then removes the folder. It never runs ``ray stop``: that kills every Ray process on the machine, other
+(``--temp-dir``) and holds the cluster's token in its environment, so ``stop()`` finds them by either (plus
+their descendants, whose command line Ray rewrites to ``ray::<Class>.<method>``) and kills them by pid,
+SIGTERM then SIGKILL, then removes the folder. (The head's Ray client server names no folder: found by the
+folder alone, it outlived every stop until 2026-11-30.) It never runs ``ray stop``: that kills every Ray process on the machine, other
 users' clusters included.
 
 Why a private network namespace: Ray replaces 127.0.0.1 with the machine's NIC address when a node
