@@ -51,7 +51,7 @@ from spreeze_like.console import flush_stdout, say
 from spreeze_like.envs import env_info
 from spreeze_like.errors import ShmError, SpreezeError
 from spreeze_like.ipc import new_run_id
-from spreeze_like.ipc.naming import sweep_shm
+from spreeze_like.ipc.sweep import sweep_shm
 from spreeze_like.procs import pacing
 from spreeze_like.procs.children import RESTART_WINDOW_S, RoleProcess, StopSignals, describe_exit
 from spreeze_like.procs.control import (

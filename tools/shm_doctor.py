@@ -6,7 +6,7 @@
 It sees the names of this environment's prefix only (``spz``, or ``$SPREEZE_LIKE_SHM_PREFIX``:
 ipc/naming.py).
 
-Every start of a run already sweeps leftovers (``ipc.naming.sweep_shm``); this tool is the same
+Every start of a run already sweeps leftovers (``ipc.sweep.sweep_shm``); this tool is the same
 sweep by hand, for a user who wants /dev/shm back before the next run. The states:
 
 - ``live``: a live creator holds the entry's lifetime lock (or, for creators that hold none, the
@@ -24,7 +24,8 @@ import os
 import sys
 
 from spreeze_like.errors import SpreezeError
-from spreeze_like.ipc.naming import SHM_DIR, parse_name, probe_entries, sweep_shm
+from spreeze_like.ipc.naming import SHM_DIR, parse_name
+from spreeze_like.ipc.sweep import probe_entries, sweep_shm
 
 _STATE = {"live": "live (a running run: stop it to free this)", "dead": "dead (leftover)", "skipped": "left alone"}
 

@@ -13,12 +13,11 @@ from spreeze_like.ipc.naming import (
     parse_name,
     pid_alive,
     segment_name,
-    sweep_dead_segments,
-    unlink_run,
 )
 from spreeze_like.ipc.ring import Ring
 from spreeze_like.ipc.segment import ArrayLayout, Segment, align_up, shm_free_bytes, unlink_segment
 from spreeze_like.ipc.stats_block import RoleStats, StatsBlock
+from spreeze_like.ipc.sweep import sweep_dead_segments, unlink_run
 from spreeze_like.ipc.transition import TransitionLayout
 from spreeze_like.ipc.weight_board import WeightBoard
 

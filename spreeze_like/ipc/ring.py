@@ -7,7 +7,7 @@ drains rings into replay storage) reads them in batches.
 Ownership: the supervisor creates the ring (:meth:`Ring.create`) and unlinks it at the end; the
 writer and the reader attach (:meth:`Ring.attach`) with their role and only close. On a crash of
 the supervisor the segment stays until the next start's sweep
-(:func:`~spreeze_like.ipc.naming.sweep_dead_segments`).
+(:func:`~spreeze_like.ipc.sweep.sweep_dead_segments`).
 
 Protocol (the orderings live in native code, ``native/include/spreeze/shm_seq.hpp``):
 

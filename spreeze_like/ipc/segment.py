@@ -14,8 +14,8 @@ Ownership (the design's shared-memory rules):
   close-on-exec descriptor per segment) from creation until it unlinks it; the kernel drops the
   lock when the creator dies, whatever its PID namespace.
 - **On a crash** (SIGKILL, OOM kill) of the creator nothing runs: the segment stays in /dev/shm
-  until the next start calls :func:`~spreeze_like.ipc.naming.sweep_shm`, which unlinks every
-  segment of ours whose lifetime lock is free (see :mod:`spreeze_like.ipc.naming`).
+  until the next start calls :func:`~spreeze_like.ipc.sweep.sweep_shm`, which unlinks every
+  segment of ours whose lifetime lock is free (see :mod:`spreeze_like.ipc.sweep`).
 
 Apart from the lock descriptor, the segment's descriptor is closed right after ``mmap``: the
 mapping keeps the memory alive, and no descriptor leaks into children. Numpy views (:meth:`Segment.ndarray`) point straight into the

@@ -153,7 +153,7 @@ class Reaper:
 def unlink_dead_run_files(shm_dir: str, prefix: str) -> list[str]:
     """Unlink the /dev/shm entries of a run whose supervisor is gone: names ``<prefix>...`` and their
     semaphores ``sem.<prefix>...``, each only if no process holds its lifetime lock (as the sweep
-    decides in ``spreeze_like.ipc.naming``; this file cannot import it, see :class:`Reaper`)."""
+    decides in ``spreeze_like.ipc.sweep``; this file cannot import it, see :class:`Reaper`)."""
     removed = []
     try:
         entries = os.listdir(shm_dir)

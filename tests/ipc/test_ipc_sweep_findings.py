@@ -84,10 +84,10 @@ def test_finding01_sweep_skips_other_users_leftovers():
         roots = _leftover(d, f"{shm_prefix()}.{run}.{dead}.ring.0", 0)
         mine = _leftover(d, f"{shm_prefix()}.{run}.{dead}.ring.1", NOBODY)
         proc = _as_nobody(
-            "from spreeze_like.ipc.naming import sweep_dead_segments\n"
+            "from spreeze_like.ipc.sweep import sweep_dead_segments\n"
             "#DROP\n"
             f"removed = sweep_dead_segments({str(d)!r})\n"  # the call the supervisor made at start
-            "from spreeze_like.ipc.naming import sweep_shm\n"  # (the module is loaded: no file access)
+            "from spreeze_like.ipc.sweep import sweep_shm\n"  # (the module is loaded: no file access)
             f"report = sweep_shm({str(d)!r})\n"
             "print(json.dumps({'uid': os.geteuid(), 'removed': removed, 'skipped': report.skipped,\n"
             "                  'lines': report.report_lines()}))\n"
@@ -126,7 +126,7 @@ def test_finding01_root_sweep_leaves_other_users_entries():
         theirs = _leftover(d, f"{shm_prefix()}.{run}.{dead}.ring.0", NOBODY)
         assert sweep_dead_segments(str(d)) == []
         assert theirs.exists()
-        from spreeze_like.ipc.naming import sweep_shm
+        from spreeze_like.ipc.sweep import sweep_shm
 
         report = sweep_shm(str(d))
         assert report.removed == [] and report.skipped == [(theirs.name, f"owned by uid {NOBODY}: not ours to remove")]
@@ -204,7 +204,7 @@ def test_finding06_sweep_keeps_live_segment_of_another_pid_namespace():
             assert bytes(seg.buf[: len(MARKER)]) == MARKER  # its data, intact
         finally:
             seg.close()
-        from spreeze_like.ipc.naming import sweep_shm
+        from spreeze_like.ipc.sweep import sweep_shm
 
         assert entry in sweep_shm().live
         _kill_creator(proc)
@@ -244,13 +244,13 @@ print(lost)
 
 _RACE_SWEEPER = """
 import sys, time
-from spreeze_like.ipc import naming
+from spreeze_like.ipc import naming, sweep
 run, stop_at = sys.argv[1], time.monotonic() + float(sys.argv[2])
 removed = 0
 print("ready", flush=True)
 while time.monotonic() < stop_at:  # the sweep's own per-entry step, limited to this test's run
     for entry in naming.list_our_files(run_id=run):
-        removed += naming._sweep_entry(entry, naming.SHM_DIR, naming._Mappings(), remove=True)[0] == "removed"
+        removed += sweep._sweep_entry(entry, naming.SHM_DIR, sweep._Mappings(), remove=True)[0] == "removed"
 print(removed)
 """
 

@@ -100,7 +100,7 @@ def test_finding05_the_parallel_supervisor_holds_the_lock_and_children_never_do(
     assert survivors(children, timeout=30) == []  # they die with the supervisor (parent-death signal)
     lock = RunFolderLock.acquire(run_dir)  # the dead supervisor's lock went with it
     lock.release()
-    from spreeze_like.ipc.naming import sweep_shm
+    from spreeze_like.ipc.sweep import sweep_shm
 
     sweep_shm()  # the SIGKILLed supervisor's segments (the next run's start would remove them too)
 

@@ -31,7 +31,7 @@ import pytest
 from fullfs import fill, small_tmpfs
 
 from spreeze_like.checkpoint import load_latest
-from spreeze_like.ipc.naming import sweep_shm
+from spreeze_like.ipc.sweep import sweep_shm
 from spreeze_like.procs.children import StopSignals
 from spreeze_like.procs.evaluator_proc import read_results
 
