@@ -7,8 +7,8 @@ authentication with a fresh random token. Every Ray process it starts lives unde
 (``--temp-dir``) and holds the cluster's token in its environment, so ``stop()`` finds them by either (plus
 their descendants, whose command line Ray rewrites to ``ray::<Class>.<method>``) and kills them by pid,
 SIGTERM then SIGKILL, then removes the folder. (The head's Ray client server names no folder: found by the
-folder alone, it outlived every stop until 2026-11-30.) It never runs ``ray stop``: that kills every Ray process on the machine, other
-users' clusters included.
+folder alone, it outlived every stop until 2026-11-30.) It never runs ``ray stop``: that kills every Ray
+process on the machine, other users' clusters included.
 
 Why a private network namespace: Ray replaces 127.0.0.1 with the machine's NIC address when a node
 registers (design note, RAY_REMOTE_SAMPLERS.md section 4), so a "local" cluster would listen on the LAN.
