@@ -1,9 +1,11 @@
 """The pieces the Ray tests and tools/bench_remote.py stand on, checked without Ray: SlowPendulum-v1 and the
-private network namespace of tools/ray_cluster.py."""
+private network namespace of tools/ray_cluster.py, and how its stop finds the cluster's processes."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 import time
 
 import numpy as np
@@ -71,3 +73,30 @@ def test_netns_argv_runs_a_command_with_only_loopback():
     assert done.returncode == 0, done.stderr
     names = {ln.split(":")[0].strip() for ln in done.stdout.splitlines()[2:]}
     assert names == {"lo"}
+
+
+def test_stop_finds_a_process_by_the_clusters_token_alone(tmp_path):
+    # As the head's Ray client server (python -m ray.util.client.server): a process that names no temp folder
+    # and descends from none of the cluster's, with only the token in its environment. Until 2026-11-30 the
+    # stop looked for the folder alone and every test module with a cluster left that process running.
+    cluster = ray_cluster.LocalCluster(temp_dir=str(tmp_path / "spzray"))
+    (tmp_path / "spzray").mkdir()
+    env = {**cluster.env(), "PYTHONWARNINGS": "ignore"}
+    token_only = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], env=env,
+                                  start_new_session=True)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"],
+                             env={**env, "RAY_AUTH_TOKEN": "another cluster's"}, start_new_session=True)
+    try:
+        wait_until = time.monotonic() + 10
+        while token_only.pid not in {p.pid for p in cluster.processes()} and time.monotonic() < wait_until:
+            time.sleep(0.05)  # its environment is readable once exec has run
+        found = {p.pid for p in cluster.processes()}
+        assert token_only.pid in found and other.pid not in found and os.getpid() not in found, found
+        cluster.stop(grace_s=2.0)
+        assert token_only.wait(timeout=10) is not None  # ended by the stop
+        assert other.poll() is None  # another cluster's process is left alone
+        assert not (tmp_path / "spzray").exists()
+    finally:
+        for proc in (token_only, other):
+            proc.kill()
+            proc.wait(timeout=10)
