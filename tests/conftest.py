@@ -126,7 +126,7 @@ def pytest_configure(config):
 def _compile_sources() -> None:
     """Write the .pyc files of our sources before any test starts a process.
 
-    Where PYTHONDONTWRITEBYTECODE is set (it is on this project's development machine; CI's is like it), no
+    Where PYTHONDONTWRITEBYTECODE is set (it is on this project's development machine, and CI runs on one like it), no
     process writes the .pyc of what it imports, and pip compiles only what it installs, not an editable
     install's sources: every role process of the hundreds of runs the tests start compiled the package's
     modules again. Measured on 2026-11-30 (2-vCPU Xeon; tests/parallel/test_odd_envs.py, test_startup.py

@@ -136,7 +136,7 @@ def test_exit_status_turns_errors_and_ctrl_c_into_one_line_each(capsys):
         exit_status(broken)
 
 
-def test_a_sigterm_in_the_ending_of_exit_status_is_noted_not_raised(monkeypatch, capsys):
+def test_a_sigterm_in_the_ending_of_exit_status_is_ignored_not_raised(monkeypatch, capsys):
     """SIGTERMs every 2 ms through a run's stop reach exit_status's handler once the supervisor has put it back
     (test_finding18 in CI, 2026-11-30): one that landed while the ending ran raised KeyboardInterrupt there, a
     traceback. Here one lands while the error line of the body's SpreezeError is written: the line and its status

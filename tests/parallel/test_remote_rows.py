@@ -9,7 +9,6 @@ namespace).
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -19,7 +18,7 @@ import pytest
 
 from spreeze_like.checkpoint import load_latest
 from spreeze_like.procs import pacing
-from tests.remote.loopback import SETTINGS_FRAME, loopback_server
+from tests.remote.loopback import SETTINGS_FRAME, loopback_server, refusing_port
 
 from .fake_ray_bridge import REMOTE_RESTARTS, STEPS_VAR
 from .helpers import TINY_ARGS, assert_nothing_left, cli_env, only_run_dir, read_status, scalars, text_tags
@@ -67,13 +66,6 @@ def listening_port():
     """A loopback TCP port that accepts and answers the greeting as a Ray GCS does (the preflight's check)."""
     with loopback_server(SETTINGS_FRAME) as port:
         yield port
-
-
-def refusing_port() -> int:
-    """A loopback port nothing listens on (bound, then closed: the kernel refuses connections to it)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_an_abandoned_remote_row_hands_its_steps_to_the_local_sampler_after_a_bridge_crash(tmp_path, listening_port):

@@ -8,21 +8,15 @@ start-up check looks for Ray first) but starts no Ray process, so it needs no ne
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
 
 import pytest
+from remote.loopback import refusing_port
 from remote_harness import TINY, hidden_ray_argv, one_error_line, ray_installed
 
 ENV = {**{k: v for k, v in os.environ.items() if not k.startswith("RAY_")}, "PYTHONWARNINGS": "ignore"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]  # closed again: nothing listens there
 
 
 def test_ray_flag_without_ray_installed_names_the_extra(tmp_path):
@@ -44,7 +38,7 @@ def test_hidden_ray_is_really_hidden():
 @pytest.mark.skipif(not ray_installed(), reason='Ray is not installed (pip install -e ".[test,ray]")')
 def test_cluster_address_that_refuses_fails_in_one_line_within_30_s(tmp_path):
     t0 = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "spreeze_like.run", "--ray", f"127.0.0.1:{_free_port()}",
+    done = subprocess.run([sys.executable, "-m", "spreeze_like.run", "--ray", f"127.0.0.1:{refusing_port()}",
                            "--samplers", "1", "--remote-samplers", "1", *TINY, "--total-steps", "1000",
                            "--logdir", str(tmp_path / "runs")],
                           capture_output=True, text=True, timeout=120, env=ENV, check=False)

@@ -1,5 +1,5 @@
-"""Loopback TCP servers for the ``--ray`` address checks: one that answers like a gRPC server, one that closes,
-one that accepts and never says a word. Each lives for a ``with`` block and binds 127.0.0.1 only."""
+"""Loopback TCP ports for the ``--ray`` address checks: servers that answer like a gRPC server, close, or
+accept and never say a word (each lives for a ``with`` block), and a port that refuses. 127.0.0.1 only."""
 
 from __future__ import annotations
 
@@ -10,6 +10,13 @@ from collections.abc import Iterator
 
 # What a gRPC server (a Ray GCS) sends first: an HTTP/2 SETTINGS frame, here an empty one (RFC 9113 6.5).
 SETTINGS_FRAME = b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def refusing_port() -> int:
+    """A loopback port nothing listens on (bound, then closed: the kernel refuses connections to it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 @contextlib.contextmanager

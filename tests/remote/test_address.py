@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import socket
 import time
 
 from spreeze_like.remote.address import HTTP2_GREETING, unanswered_reason
-from tests.remote.loopback import SETTINGS_FRAME, loopback_server
+from tests.remote.loopback import SETTINGS_FRAME, loopback_server, refusing_port
 
 
 def test_a_port_that_answers_the_greeting_passes() -> None:
@@ -31,10 +30,7 @@ def test_a_port_that_accepts_and_stays_silent_fails_after_the_limit() -> None:
 
 
 def test_a_port_that_refuses_says_so() -> None:
-    with socket.socket() as s:  # bound, then released: the kernel refuses connections to it
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    assert unanswered_reason("127.0.0.1", port, 2.0) == "Connection refused"
+    assert unanswered_reason("127.0.0.1", refusing_port(), 2.0) == "Connection refused"
 
 
 def test_the_greeting_is_an_http2_preface_then_an_empty_settings_frame() -> None:

@@ -12,6 +12,7 @@ from spreeze_like.errors import EnvError, SpreezeError
 from spreeze_like.remote import ray_handles
 from spreeze_like.remote.ray_handles import SamplerActor, check_shm, local_object_store_bytes
 from tests.remote.fakes import SPEC
+from tests.remote.loopback import refusing_port
 
 
 def fake_ray(nodes: list[dict]) -> SimpleNamespace:
@@ -62,12 +63,8 @@ def test_cluster_error_reports_go_to_the_run_folder(tmp_path: Path) -> None:
 
 
 def test_connect_to_a_closed_port_is_one_line_before_ray_init() -> None:
-    import socket
-
     ray = pytest.importorskip("ray")
-    with socket.socket() as s:  # a port nobody listens on (bound, then released)
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = refusing_port()
     with pytest.raises(SpreezeError, match=rf"^cannot join the Ray cluster at 127.0.0.1:{port}: nothing answers"):
         ray_handles.connect(f"127.0.0.1:{port}", "test")
     assert not ray.is_initialized()  # refused before ray.init, which would wait minutes for a head
