@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from spreeze_like.errors import CheckpointError, NonFiniteError
+from spreeze_like.errors import CheckpointError, NonFiniteError, first_line
 
 # 2: plain critics stack their Q networks layer by layer (algos/networks.EnsembleLinear); 3: CrossQ's critic
 # too (algos/crossq_critic.CrossQCritic). Format 1 loads through algos/layout_v1.py and then layout_v2.py,
@@ -115,7 +115,7 @@ def atomic_torch_save(obj: Any, path: Path) -> None:
         cause = _os_error_in(exc)
         if isinstance(exc, RuntimeError) and cause is None and "write" not in str(exc).lower():
             raise
-        why = cause.strerror if cause is not None and cause.strerror else str(exc).splitlines()[0][:200]
+        why = cause.strerror if cause is not None and cause.strerror else first_line(exc, 200)
         raise CheckpointError(f"cannot write checkpoint {path}: {why}; free space there (or pick another --logdir), "
                               "then --resume the run from its last good checkpoint") from None
     finally:
@@ -142,8 +142,7 @@ LOAD_MISMATCH = (RuntimeError, KeyError, ValueError)
 
 def mismatch_error(path: str | Path, exc: Exception) -> CheckpointError:
     """The one-line error for a checkpoint whose state does not load into this config's networks."""
-    first = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else type(exc).__name__
-    return CheckpointError(f"{path} does not fit this config ({first}); resume with the settings and the "
+    return CheckpointError(f"{path} does not fit this config ({first_line(exc, 200)}); resume with the settings and the "
                            "spreeze_like version of the run that wrote it")
 
 

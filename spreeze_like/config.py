@@ -17,8 +17,8 @@ says what is allowed. ``resolve()`` fills the ``auto`` values (devices, precisio
 an actor lr still ``auto``: the preset's) and the result is what ``config.json`` in the run folder
 records, beside the source of each value.
 
-Beside this module: :mod:`spreeze_like.config_bounds` (the upper bounds on counts and sizes, checked
-by ``validate()``), :mod:`spreeze_like.config_fields` (field types, JSON and flag coercion, the
+Beside this module: :mod:`spreeze_like.config_values` (the allowed values and the checks ``validate()``
+runs), :mod:`spreeze_like.config_bounds` (the upper bounds on counts and sizes, checked by ``validate()``), :mod:`spreeze_like.config_fields` (field types, JSON and flag coercion, the
 one-line parser) and :mod:`spreeze_like.remote.address` (the ``--ray`` address).
 """
 
@@ -27,41 +27,35 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from spreeze_like.config_bounds import check_bounds, check_remote
 from spreeze_like.config_fields import coerce_fields, load_json_file, settings_of
+from spreeze_like.config_values import (
+    ALGOS,
+    DEFAULT_ENV_ID,
+    DEVICE_REPLAY,
+    HER_STRATEGIES,
+    LEARNER_STEPS,
+    PRECISIONS,
+    VIDEO_FORMATS,
+    check_values,
+)
 from spreeze_like.errors import ConfigError
 from spreeze_like.presets import load_presets
 from spreeze_like.remote.address import RAY_DEFAULT_PORT
 
-ALGOS = ("sac", "td3", "ddpg", "crossq")
 # Critic updates per actor update when --policy-delay is 0 (auto): TD3's paper uses 2, CrossQ's 3
 # (Bhatt et al. 2024); SAC and DDPG update the actor with every critic update.
 DEFAULT_POLICY_DELAY = {"td3": 2, "crossq": 3}
-
-PRECISIONS = ("auto", "fp32", "bf16")
-LEARNER_STEPS = ("auto", "eager", "explicit", "cuda-graph", "compiled-graph")  # algos/graphed.py
 EXPLICIT_ALGOS = ("sac", "td3", "ddpg", "crossq")  # those with an explicit_step (algos/explicit_grad.py, explicit_renorm.py)
 # Those whose explicit fp32 step keeps beating bf16 autocast up to devices.BF16_MIN_WORK_EXPLICIT. CrossQ's explicit
 # critic step, which runs three times as often as its actor's, broke even with bf16 at devices.BF16_MIN_WORK already
 # (tools/bench_precision.py, 2026-11-29: 0.92-0.97x at 256@128, 1.08x at 128@512, 1.16x at 256@160), so its bf16
 # starts where it did with autograd's step.
 BF16_LATE_ALGOS = ("sac", "td3", "ddpg")
-DEVICE_REPLAY = ("auto", "on", "off")  # roles/batches.py
-# --n-step's bound: past a few dozen steps the off-policy bias of uncorrected n-step returns dominates, and each
-# truncated episode drops N - 1 of its steps (roles/nstep.py); 100 only catches a typo
-MAX_N_STEP = 100
-MAX_HER_GOALS = 32  # the HER paper found 4 to 8 best; more only stores copies of the same steps
-HER_STRATEGIES = ("future", "final", "episode")  # roles/her.py; SB3's names
-VIDEO_FORMATS = ("mp4", "gif")  # roles/eval_video.py: mp4 needs imageio-ffmpeg (the [video] extra), gif imageio
-_DEVICE_RE = re.compile(r"^(auto|cpu|cuda|cuda:\d+|mps)$")
-
-
-DEFAULT_ENV_ID = "Pendulum-v1"  # the one env id in the code: what a run trains on when none is given
 # The actor learning rate ``auto`` stands for when no preset gives one (every shipped preset file has
 # one in its [default] table: spreeze_like/presets/).
 DEFAULT_ACTOR_LR = 3e-4
@@ -82,22 +76,6 @@ def auto_actor_lr(env_id: str, algo: str = "sac", presets: str = "") -> float:
     if not (math.isfinite(value) and value > 0):  # layering checks whole files; resolve() alone reads just this
         raise ConfigError(f"{label}: actor_lr {value!r} is invalid: must be > 0")
     return float(value)
-
-
-def check_env_kwargs(env_kwargs: Any, bad: Any) -> None:
-    """``--env-kwargs``: a JSON object of keyword arguments (names are strings, values JSON values, so that
-    config.json holds them exactly); ``render_mode`` is refused: samplers render nothing (``--video-every`` makes
-    the one env it renders itself)."""
-    if not isinstance(env_kwargs, dict) or not all(isinstance(k, str) and k.isidentifier() for k in env_kwargs):
-        raise bad("env_kwargs", "give a JSON object of keyword arguments, e.g. '{\"ctrl_cost_weight\": 0.05}'")
-    if "render_mode" in env_kwargs:
-        raise bad("env_kwargs", "a training run renders nothing; watch a trained policy with python -m "
-                                "spreeze_like.evaluate RUN --render human, or record videos with --video-every N")
-    try:
-        json.dumps(env_kwargs, allow_nan=False)
-    except (TypeError, ValueError):
-        raise bad("env_kwargs", "values must be JSON values (numbers, strings, true/false, null, lists, objects), "
-                                "finite") from None
 
 
 def _f(default: Any, help: str, **meta: Any) -> Any:
@@ -258,90 +236,7 @@ class TrainConfig:
             value = getattr(self, name)
             return ConfigError(f"--{name.replace('_', '-')} {value!r} is invalid: {what}")
 
-        if not isinstance(self.env, str) or not self.env.strip():
-            raise bad("env", f"give a gymnasium env id such as {DEFAULT_ENV_ID}")
-        check_env_kwargs(self.env_kwargs, bad)
-        if self.algo not in ALGOS:
-            raise bad("algo", f"choose one of {', '.join(ALGOS)}")
-        if self.precision not in PRECISIONS:
-            raise bad("precision", f"choose one of {', '.join(PRECISIONS)}")
-        if self.learner_step not in LEARNER_STEPS:
-            raise bad("learner_step", f"choose one of {', '.join(LEARNER_STEPS)}")
-        if self.device_replay not in DEVICE_REPLAY:
-            raise bad("device_replay", f"choose one of {', '.join(DEVICE_REPLAY)}")
-        positive_ints = (
-            "total_steps",
-            "envs_per_sampler",
-            "buffer_size",
-            "updates_per_graph",
-            "batch_size",
-            "weight_sync_period",
-            "torch_threads",
-            "eval_episodes",
-            "keep_checkpoints",
-            "max_nonfinite_steps",
-        )
-        for name in positive_ints:
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
-                raise bad(name, "must be a whole number >= 1")
-        for name in ("learning_starts", "eval_every", "video_every", "checkpoint_every", "policy_delay", "seed", "max_restarts",
-                     "samplers", "remote_samplers", "remote_envs_per_sampler", "remote_batch"):
-            if not isinstance(getattr(self, name), int) or getattr(self, name) < 0:
-                raise bad(name, "must be a whole number >= 0")
-        for f in dataclasses.fields(self):
-            value = getattr(self, f.name)
-            if isinstance(value, float) and not math.isfinite(value):
-                raise bad(f.name, "must be a finite number")
-        for name in ("sampler_hang_s", "learner_hang_s", "evaluator_hang_s", "remote_place_timeout_s"):
-            if not getattr(self, name) >= 1.0:
-                raise bad(name, "must be >= 1 second")
-        for name in ("utd", "actor_lr", "critic_lr", "alpha_lr", "alpha_init"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:  # None: actor_lr's auto
-                raise bad(name, "must be > 0")
-        for name in (
-            "exploration_noise",
-            "policy_noise",
-            "noise_clip",
-            "log_interval",
-            "tb_interval",
-        ):
-            if not getattr(self, name) >= 0:
-                raise bad(name, "must be >= 0")
-        if not 0.0 <= self.gamma < 1.0:
-            raise bad("gamma", "must be in [0, 1)")
-        if not isinstance(self.n_step, int) or not 1 <= self.n_step <= MAX_N_STEP:
-            raise bad("n_step", f"must be an integer in [1, {MAX_N_STEP}] (1: one-step TD; 3 to 5 is usual)")
-        if not isinstance(self.her_goals, int) or not 0 <= self.her_goals <= MAX_HER_GOALS:
-            raise bad("her_goals", f"must be an integer in [0, {MAX_HER_GOALS}] (0: off; 4 is HER's usual)")
-        if self.her_strategy not in HER_STRATEGIES:
-            raise bad("her_strategy", f"choose one of {', '.join(HER_STRATEGIES)}")
-        if self.video_format not in VIDEO_FORMATS:
-            raise bad("video_format", f"choose one of {', '.join(VIDEO_FORMATS)}")
-        if self.her_goals and self.n_step > 1:
-            raise bad("her_goals", "does not combine with --n-step > 1 (a relabelled n-step row needs each of its "
-                                   "N rewards recomputed): drop one of the two")
-        if self.her_goals and self.remote_samplers:
-            raise bad("her_goals", "is not built for remote samplers (--remote-samplers): run HER with local "
-                                   "samplers")
-        if not 0.0 < self.tau <= 1.0:
-            raise bad("tau", "must be in (0, 1]")
-        if not 0.0 <= self.priority_beta <= 1.0:
-            raise bad("priority_beta", "must be in [0, 1]")
-        if self.batch_size > self.buffer_size:
-            raise bad("batch_size", f"must not exceed --buffer-size {self.buffer_size}")
-        if not self.hidden_sizes or any(not isinstance(h, int) or h < 1 for h in self.hidden_sizes):
-            raise bad("hidden_sizes", "give one or more layer widths >= 1, e.g. --hidden-sizes 256 256")
-        if any(not isinstance(h, int) or h < 1 for h in self.critic_hidden_sizes):
-            raise bad("critic_hidden_sizes", "give one or more layer widths >= 1, e.g. --critic-hidden-sizes 2048 "
-                                             "2048 (or leave it out: the critic then has --hidden-sizes)")
-        for name in ("actor_device", "critic_device"):
-            if not isinstance(getattr(self, name), str) or not _DEVICE_RE.match(getattr(self, name)):
-                raise bad(name, "use auto, cpu, cuda or cuda:N")
-        if not isinstance(self.logdir, str) or not self.logdir:
-            raise bad("logdir", "give a folder path")
-        if not self.probe_budget >= 0.5:
-            raise bad("probe_budget", "must be >= 0.5 seconds (the probes need time to measure)")
+        check_values(self, bad)  # config_values.py: types, signs, ranges, choices, impossible combinations
         check_bounds(self, bad)  # config_bounds.py: counts past this machine's limits (finding 12)
         check_remote(self, bad)
         return self

@@ -44,7 +44,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from spreeze_like.errors import EnvError, describe_exception
+from spreeze_like.errors import EnvError, describe_exception, first_line
 from spreeze_like.structured_obs import (
     REAL_KINDS,
     FlatObservation,
@@ -173,7 +173,7 @@ def make_env(env: str, render_mode: str | None = None, env_kwargs: Mapping[str, 
     try:
         instance = _make_quietly_on_failure(env_id, kwargs)
     except gym.error.Error as exc:  # NameNotFound, VersionNotFound, NamespaceNotFound, DependencyNotInstalled
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        first = first_line(exc)
         if module and isinstance(exc, gym.error.NameNotFound):
             typo = f" (gymnasium: {first})" if "Did you mean" in first else ""
             raise EnvError(f"cannot make env {env!r}: {_unregistered_hint(module, env_id)}{typo}") from None

@@ -55,6 +55,16 @@ class NonFiniteError(SpreezeError):
     exit_code = 1
 
 
+def first_line(exc: BaseException, limit: int = 0, named: bool = False) -> str:
+    """The first line of ``exc``'s message (its type's name if it has none), ``Type: line`` when ``named``,
+    cut to ``limit`` characters ending in ``...`` (0: uncut): a long message (Ray's, torch's) inside one line."""
+    lines = str(exc).strip().splitlines()
+    line = lines[0] if lines else ""
+    if named or not line:
+        line = f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+    return line if not limit or len(line) <= limit else line[: limit - 3] + "..."
+
+
 def describe_exception(exc: BaseException) -> str:
     """``Type at file.py:line: message`` on one line, the line where it was raised (a SyntaxError's own text
     already names its line): what a one-line error says of an exception in the user's code."""

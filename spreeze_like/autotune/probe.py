@@ -39,7 +39,7 @@ from spreeze_like.autotune.sampler_scaling import SamplerScalingError, measure_s
 from spreeze_like.autotune.worker import CurveJob, run_worker
 from spreeze_like.config import DEFAULT_ENV_ID
 from spreeze_like.devices import resolve_precision
-from spreeze_like.errors import ConfigError
+from spreeze_like.errors import ConfigError, first_line
 
 DEFAULT_BUDGET_S = 60.0
 MIN_BUDGET_S = 0.5
@@ -99,7 +99,7 @@ def probe_scaling(env: EnvRates, env_id: str, spec: dict, budget_s: float, cores
     try:
         env.parallel = measure_scaling(env_id, spec, counts, ks, seconds, progress, env_kwargs)
     except SamplerScalingError as exc:
-        env.parallel_note = f"the multi-process sampler probe failed: {str(exc).splitlines()[0]}"
+        env.parallel_note = f"the multi-process sampler probe failed: {first_line(exc)}"
         progress(env.parallel_note)
 
 

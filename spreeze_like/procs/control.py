@@ -280,7 +280,7 @@ def child_main(module: str, args: ChildArgs) -> None:
     """
     _startup["t_main"] = time.monotonic()
     _startup["t_exec"] = process_start_time()
-    from spreeze_like.errors import SpreezeError
+    from spreeze_like.errors import SpreezeError, first_line
     from spreeze_like.ipc import child_setup
 
     child_setup(args.parent_pid)  # dies with the supervisor; Ctrl-C is the supervisor's business
@@ -302,7 +302,7 @@ def child_main(module: str, args: ChildArgs) -> None:
         _startup["t_imported"] = time.monotonic()
         body.run(args)
     except SpreezeError as exc:
-        line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        line = first_line(exc)
         _leave_text(error_file(args.run_dir, args.role), line, f"[spreeze] {args.role}: {line}\n")
         _fast_exit(EXIT_USER_ERROR if exc.exit_code == SpreezeError.exit_code else EXIT_ROLE_ERROR)
     except Exception:  # noqa: BLE001 - the user's env code or a bug: the supervisor prints its traceback once

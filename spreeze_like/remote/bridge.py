@@ -56,7 +56,7 @@ from typing import Any
 import numpy as np
 
 from spreeze_like.algos.numpy_policy import NumpyPolicy
-from spreeze_like.errors import SpreezeError
+from spreeze_like.errors import SpreezeError, first_line
 from spreeze_like.procs.children import RESTART_WINDOW_S, STABLE_S
 from spreeze_like.procs.control import CONTROL, DONE, RUN, RUNNING, STARTING, WAITING, set_state
 from spreeze_like.procs.pacing import backoff_s, claimed, resume_gap
@@ -331,10 +331,9 @@ class Bridge:
             reply = self.cluster.get(future)
         except SpreezeError as exc:
             where = f" on {slot.node_ip}" if slot.node_ip else ""
-            line = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise type(exc)(f"remote {slot.role}{where}: {line}") from None
+            raise type(exc)(f"remote {slot.role}{where}: {first_line(exc)}") from None
         except Exception as exc:  # noqa: BLE001 - any other failure of a call is the actor's death
-            self._death(slot, self.clock(), _describe(exc))
+            self._death(slot, self.clock(), first_line(exc, 160, named=True))
             return
         if slot.ping is not None and future == slot.ping:
             slot.ping = None
@@ -393,9 +392,3 @@ class Bridge:
     def _write_info(self, now: float, force: bool = False) -> None:
         self.info_file.write(self.info(now), now, force)
 
-
-def _describe(exc: BaseException, limit: int = 160) -> str:
-    """``Type: first line of the message``, cut at ``limit`` characters (Ray's messages run long)."""
-    text = str(exc).strip().splitlines()
-    line = f"{type(exc).__name__}: {text[0]}" if text else type(exc).__name__
-    return line if len(line) <= limit else line[: limit - 3] + "..."

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from spreeze_like.errors import SpreezeError
+from spreeze_like.errors import SpreezeError, first_line
 from spreeze_like.remote.address import ANSWER_S, parse_ray_address, unanswered_reason
 from spreeze_like.remote.worker import RemoteSampler
 
@@ -110,8 +110,7 @@ def connect(address: str, run_id: str, log_path: str | os.PathLike | None = None
                            f"completed within {INIT_S:.0f} s (is it the port `ray start --head` printed?)")
     exc = outcome.get("error")
     if exc is not None:  # ConnectionError, RuntimeError (version mismatch), auth errors...
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise SpreezeError(f"cannot join the Ray cluster at {address}: {first}") from None
+        raise SpreezeError(f"cannot join the Ray cluster at {address}: {first_line(exc)}") from None
     try:
         check_shm(ray)
     except BaseException:
