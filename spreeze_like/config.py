@@ -17,9 +17,10 @@ says what is allowed. ``resolve()`` fills the ``auto`` values (devices, precisio
 an actor lr still ``auto``: the preset's) and the result is what ``config.json`` in the run folder
 records, beside the source of each value.
 
-Beside this module: :mod:`spreeze_like.config_values` (the allowed values and the checks ``validate()``
-runs), :mod:`spreeze_like.config_bounds` (the upper bounds on counts and sizes, checked by ``validate()``), :mod:`spreeze_like.config_fields` (field types, JSON and flag coercion, the
-one-line parser) and :mod:`spreeze_like.remote.address` (the ``--ray`` address).
+Beside this module: :mod:`spreeze_like.config_values` (the allowed values and the per-field checks
+of ``validate()``), :mod:`spreeze_like.config_bounds` (the upper bounds on counts and sizes, also
+checked by ``validate()``), :mod:`spreeze_like.config_fields` (field types, JSON and flag coercion,
+the one-line parser) and :mod:`spreeze_like.remote.address` (the ``--ray`` address).
 """
 
 from __future__ import annotations
