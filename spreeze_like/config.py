@@ -106,6 +106,9 @@ class TrainConfig:
         "(--list-presets shows them)", metavar="FILE"
     )
     total_steps: int = _f(20_000, "env steps to train for (summed over all envs)")
+    time_limit_s: float = _f(0.0, "stop training after this many seconds of wall time in this session (0: no limit); "
+                             "the run then ends as at its last step, with its final checkpoint and evaluation "
+                             "after the limit, and --resume continues it", metavar="S")
     seed: int = _f(1, "run seed; every env, network and sampler seed is derived from it")
     # --- sampling --------------------------------------------------------------------------------
     samplers: int = _f(1, "sampler processes on this machine (in --serial mode: sampler objects stepped in turn); "

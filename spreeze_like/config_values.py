@@ -90,7 +90,7 @@ def check_values(cfg: TrainConfig, bad: Bad) -> None:
         value = getattr(cfg, name)
         if value is not None and not value > 0:  # None: actor_lr's auto
             raise bad(name, "must be > 0")
-    for name in ("exploration_noise", "policy_noise", "noise_clip", "log_interval", "tb_interval"):
+    for name in ("exploration_noise", "policy_noise", "noise_clip", "log_interval", "tb_interval", "time_limit_s"):
         if not getattr(cfg, name) >= 0:
             raise bad(name, "must be >= 0")
     if not 0.0 <= cfg.gamma < 1.0:

@@ -48,7 +48,7 @@ def _auto_or(base: type) -> Any:
 # --help's sections, in order: (title, TrainConfig fields). A field in none of them is listed under
 # OTHER_GROUP (tests/trainer/test_config.py asserts that none is: place a new field here).
 HELP_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("what to train", ("env", "env_kwargs", "algo", "presets", "total_steps", "seed", "resume")),
+    ("what to train", ("env", "env_kwargs", "algo", "presets", "total_steps", "time_limit_s", "seed", "resume")),
     ("sampling", ("samplers", "envs_per_sampler", "learning_starts", "exploration_noise")),
     ("remote samplers on Ray", ("ray", "remote_samplers", "remote_envs_per_sampler", "remote_batch",
                                 "remote_place_timeout_s")),

@@ -26,8 +26,15 @@ class TrainResult:
     final_eval_returns: tuple[float, ...]
     # (env step, mean eval return, wall seconds since this session started) of every evaluation
     evals: list[tuple[int, float, float]] = field(default_factory=list)
-    stopped_early: bool = False  # an evaluation reached config.stop_at_return
+    # why it ended before config.total_steps: "return" (an evaluation reached stop_at_return), "time limit"
+    # (time_limit_s), or "" (it ran to its last step); see spreeze_like/early_stop.py
+    stop_reason: str = ""
     wall_s: float = 0.0
     mode: str = "serial"
     # per episode of the final evaluation, when the env says (info["is_success"] or info["success"]); else None
     final_eval_successes: tuple[bool, ...] | None = None
+
+    @property
+    def stopped_early(self) -> bool:
+        """Whether the run ended before ``config.total_steps`` (``stop_reason`` says why)."""
+        return bool(self.stop_reason)

@@ -60,6 +60,7 @@ def run(argv: list[str] | None) -> int:
         f"final evaluation: mean return {result.final_eval_return:.1f} over {len(result.final_eval_returns)} "
         f"episodes ({returns})" + (f", success {sum(won)}/{len(won)}" if won else "")
         + f" after {result.env_steps:,} env steps, {result.wall_s:.0f} s"
+        + (f" (stopped early: {result.stop_reason})" if result.stop_reason else "")
     )
     say(f"run folder: {result.run_dir}   (tensorboard --logdir {result.run_dir.parent})")
     say(f"its policy: python -m spreeze_like.evaluate {result.run_dir}   (or spreeze_like.load_policy in Python)")

@@ -52,6 +52,7 @@ from spreeze_like.checkpoint import (
     stop_before_training_says_so,
 )
 from spreeze_like.config import TrainConfig
+from spreeze_like.early_stop import EarlyStop
 from spreeze_like.errors import CheckpointError, NonFiniteError, RoleFailedError, SpreezeError, describe_exception
 from spreeze_like.metrics import stats_schema
 from spreeze_like.procs.children import StopSignals
@@ -130,7 +131,7 @@ class SerialTrainer:
         cfg = self.config
         self.t0 = t0 = time.monotonic()
         self.monitor.session_start = t0  # curves.csv's wall_s: the clock of TrainResult.wall_s and evals
-        stopped_early = False
+        early = EarlyStop(cfg.stop_at_return, cfg.time_limit_s, t0)
         learn_after = max(cfg.batch_size, cfg.learning_starts)
         steps = self.env_steps()
         next_eval = _next_multiple(steps, cfg.eval_every)
@@ -150,13 +151,9 @@ class SerialTrainer:
                 steps = self.env_steps()
                 if steps >= next_eval:
                     next_eval = _next_multiple(steps, cfg.eval_every)
-                    reached = self._evaluate(steps, final=steps >= cfg.total_steps).mean_return
-                    if cfg.stop_at_return is not None and reached >= cfg.stop_at_return:
-                        self.print_fn(
-                            f"[spreeze] evaluation return {reached:.1f} >= --stop-at-return "
-                            f"{cfg.stop_at_return} at {steps:,} env steps; stopping"
-                        )
-                        stopped_early = True
+                    line = early.evaluated(self._evaluate(steps, final=steps >= cfg.total_steps).mean_return, steps)
+                    if line is not None:
+                        self.print_fn(line)
                         break
                 if steps >= next_ckpt:
                     next_ckpt = _next_multiple(steps, cfg.checkpoint_every)
@@ -164,6 +161,10 @@ class SerialTrainer:
                         self.save_checkpoint()
                 self.monitor.poll()
                 self.context.check_folder()  # deleted or moved: stop here, before a write re-creates anything
+                line = early.timed_out(time.monotonic(), steps)
+                if line is not None:
+                    self.print_fn(line)
+                    break
             if signals.received is None:
                 history = self.evaluator.history
                 final = history[-1] if history and history[-1].env_step == steps else self._evaluate(steps, final=True)
@@ -216,7 +217,7 @@ class SerialTrainer:
             evals=list(self.evals),
             wall_s=time.monotonic() - t0,
             mode="serial",
-            stopped_early=stopped_early,
+            stop_reason=early.reason,
         )
 
     def _resume_hint(self) -> str:

@@ -48,6 +48,7 @@ from spreeze_like.algos.spec import AlgoSpec
 from spreeze_like.checkpoint import resume_hint, stop_before_training_says_so
 from spreeze_like.config import TrainConfig
 from spreeze_like.console import flush_stdout, say
+from spreeze_like.early_stop import EarlyStop
 from spreeze_like.envs import env_info
 from spreeze_like.errors import ShmError, SpreezeError
 from spreeze_like.ipc import new_run_id
@@ -115,7 +116,7 @@ class Supervisor:
                                        self.say, retry_s=0.0)
         self.hangs = HangWatch(config, self.say)
         self.reaper = Reaper(self.run_id)
-        self.stopped_early = False
+        self.early = EarlyStop(config.stop_at_return, config.time_limit_s, t0=time.monotonic())  # t0: run()'s
         self.evaluations_seen = 0
         payload = context.payload or {}
         # every sampler row, remote ones included (a resume may change the number of either: missing rows start at 0)
@@ -131,7 +132,7 @@ class Supervisor:
 
     # --- the run -----------------------------------------------------------------------------------------
     def run(self) -> TrainResult:
-        self.t0 = t0 = time.monotonic()
+        self.t0 = self.early.t0 = t0 = time.monotonic()
         self.startup.update(t_exec=process_start_time(), t_run=t0)
         with stop_before_training_says_so(self.run_dir):  # before this run's handlers, segments and processes
             for line in sweep_shm().report_lines():  # leftovers removed; others' entries left alone, and why
@@ -280,7 +281,7 @@ class Supervisor:
                 self.ckpt.ask()
             if self.quotas.sampling_done(snap):
                 return
-            if self._reached_return(snap["evaluator"]):
+            if self._stops_early(snap["evaluator"], steps):
                 return
 
     def tick(self, timeout: float = 0.05) -> None:
@@ -351,18 +352,15 @@ class Supervisor:
         self.me.set("env_steps", float(steps))
         return steps
 
-    def _reached_return(self, evaluator: dict[str, float]) -> bool:
-        """True once a new evaluation reached ``stop_at_return`` (the run then ends like at its last step)."""
-        target, count = self.config.stop_at_return, int(evaluator["evaluations"])
-        if target is None or count <= self.evaluations_seen:
-            return False
-        self.evaluations_seen = count
-        reached, at = evaluator["eval_return"], int(evaluator["eval_env_step"])
-        if reached < target:
-            return False
-        self.say(f"[spreeze] evaluation return {reached:.1f} >= --stop-at-return {target} at {at:,} env steps; stopping")
-        self.stopped_early = True
-        return True
+    def _stops_early(self, evaluator: dict[str, float], steps: int) -> bool:
+        """True once the time limit came or a new evaluation reached ``stop_at_return`` (early_stop.py)."""
+        line = self.early.timed_out(time.monotonic(), steps)
+        if line is None and int(evaluator["evaluations"]) > self.evaluations_seen:
+            self.evaluations_seen = int(evaluator["evaluations"])
+            line = self.early.evaluated(evaluator["eval_return"], int(evaluator["eval_env_step"]))
+        if line is not None:
+            self.say(line)
+        return line is not None
 
     # --- checkpoints ----------------------------------------------------------------------------------------
     def finish_checkpoint(self, snap: dict[str, dict[str, float]], timeout_s: float) -> bool:

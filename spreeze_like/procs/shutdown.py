@@ -146,7 +146,7 @@ def shutdown(sup: Supervisor, t0: float) -> TrainResult:
                                                            for i in range(sup.config.sampler_rows))),
         final_eval_return=float(final["mean_return"]) if final else float("nan"),
         final_eval_returns=tuple(final["returns"]) if final else (), evals=evals,
-        wall_s=time.monotonic() - t0, mode="parallel", stopped_early=sup.stopped_early,
+        wall_s=time.monotonic() - t0, mode="parallel", stop_reason=sup.early.reason,
         final_eval_successes=_successes(final))
 
 
