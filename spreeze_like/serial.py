@@ -39,8 +39,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import torch
-
 from spreeze_like.checkpoint import (
     LOAD_MISMATCH,
     capture_process_rng,
@@ -52,6 +50,7 @@ from spreeze_like.checkpoint import (
     stop_before_training_says_so,
 )
 from spreeze_like.config import TrainConfig
+from spreeze_like.cpu_math import set_learner_math
 from spreeze_like.early_stop import EarlyStop
 from spreeze_like.errors import CheckpointError, NonFiniteError, RoleFailedError, SpreezeError, describe_exception
 from spreeze_like.metrics import stats_schema
@@ -72,7 +71,7 @@ class SerialTrainer:
 
     def __init__(self, config: TrainConfig, context: RunContext, print_fn: Callable[[str], None] = print) -> None:
         self.config, self.context, self.print_fn = config, context, print_fn
-        torch.set_num_threads(config.torch_threads)
+        set_learner_math(config.torch_threads)  # threads, and subnormals flushed (cpu_math.py)
         seed_process(config.seed, "serial")
         self.spec = spec = build.algo_spec(config)
         self.layout = TransitionLayout(spec.obs_dim, spec.act_dim)

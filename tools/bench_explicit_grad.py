@@ -114,7 +114,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    from spreeze_like.cpu_math import set_learner_math
+
+    set_learner_math(1)  # one thread, subnormals flushed: as the learners run
     load_before = os.getloadavg()[0]
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}  load {load_before:.2f}  torch {torch.__version__}  one thread, fp32")
     print(f"{'algo':13} {'half':6} {'hidden':>9} {'batch':>5} {'obs/act':>7} {'autograd ms':>11} {'explicit ms':>11} "

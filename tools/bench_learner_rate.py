@@ -34,6 +34,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from scratch import runs_folder
@@ -54,20 +55,18 @@ class _PublishingSource:
         return self.v
 
 
-def _alone(config_dict: dict, seconds: float, warmup: int, queue: multiprocessing.Queue) -> None:
-    import torch
-
+def alone_critic(config: Any) -> Any:
+    """A ``CriticLearner`` for the resolved ``config`` over a local replay of random transitions, its actor source
+    publishing a new version at every look (as a busy actor learner's board has), in this process."""
+    from spreeze_like.algos import make_critic_part
     from spreeze_like.algos.base import AlgoSpec
     from spreeze_like.algos.networks import get_flat
-    from spreeze_like.config import TrainConfig
     from spreeze_like.envs import env_info
     from spreeze_like.metrics import stats_schema
     from spreeze_like.replay import ReplayStorage, UniformSampler
     from spreeze_like.roles.critic_learner import CriticLearner
     from spreeze_like.roles.ports import LocalBoard, LocalStatsBlock
 
-    config = TrainConfig.from_dict(config_dict)
-    torch.set_num_threads(config.torch_threads)
     info = env_info(config.env)
     spec = AlgoSpec.from_config(config, info.obs_dim, info.act_dim)
     n = max(10 * config.batch_size, 10_000)
@@ -76,13 +75,20 @@ def _alone(config_dict: dict, seconds: float, warmup: int, queue: multiprocessin
     storage.add(rng.normal(size=(n, info.obs_dim)), rng.uniform(-1, 1, (n, info.act_dim)), rng.normal(size=n),
                 rng.normal(size=(n, info.obs_dim)), np.zeros(n))
     stats = LocalStatsBlock(stats_schema(1))
-    from spreeze_like.algos import make_critic_part
-
     source = _PublishingSource(get_flat([make_critic_part(spec, "cpu").actor]))
-    critic = CriticLearner(spec, config.critic_device, UniformSampler(storage, seed=0),
-                           source, LocalBoard(), stats.role("critic-learner"), config.batch_size,
-                           config.weight_sync_period, config.prioritized, step_mode=config.learner_step,
-                           device_replay=config.device_replay)
+    return CriticLearner(spec, config.critic_device, UniformSampler(storage, seed=0),
+                         source, LocalBoard(), stats.role("critic-learner"), config.batch_size,
+                         config.weight_sync_period, config.prioritized, step_mode=config.learner_step,
+                         device_replay=config.device_replay)
+
+
+def _alone(config_dict: dict, seconds: float, warmup: int, queue: multiprocessing.Queue) -> None:
+    from spreeze_like.config import TrainConfig
+    from spreeze_like.cpu_math import set_learner_math
+
+    config = TrainConfig.from_dict(config_dict)
+    set_learner_math(config.torch_threads)  # as the critic learner process does
+    critic = alone_critic(config)
     for _ in range(warmup):
         critic.update()
     t0, cpu0, updates = time.perf_counter(), time.process_time(), 0

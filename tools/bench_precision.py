@@ -75,7 +75,9 @@ def main() -> None:
                         help="the fp32 side's step: auto = a run's (explicit where it applies), eager = autograd's")
     args = parser.parse_args()
     args.device = tool_device(parser, args.device)
-    torch.set_num_threads(1)
+    from spreeze_like.cpu_math import set_learner_math
+
+    set_learner_math(1)  # one thread, subnormals flushed: as the learners run
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}  load {load}  device {args.device}  native CPU bf16: "
           f"{cpu_has_native_bf16()}  {args.algo} {tuple(args.hidden_sizes)} obs {args.obs_dim} act {args.act_dim}  "

@@ -37,11 +37,12 @@ def main(argv: list[str] | None = None) -> None:
     from spreeze_like.devices import tool_device
 
     args.device = tool_device(parser, args.device)
-    import torch
     from gpu_rates import _sync, make_critic, random_storage
     from torch.profiler import ProfilerActivity, profile
 
-    torch.set_num_threads(1)
+    from spreeze_like.cpu_math import set_learner_math
+
+    set_learner_math(1)  # one thread, subnormals flushed: as the learners run
     critic = make_critic(args.device, args.batch, random_storage(args.rows), step_mode=args.step_mode,
                          device_replay=args.device_replay, sync_period=args.sync_period)
     for _ in range(30):

@@ -136,7 +136,9 @@ def probe_updates(
     """
     import torch
 
-    torch.set_num_threads(threads)
+    from spreeze_like.cpu_math import set_learner_math
+
+    set_learner_math(threads)  # as the learners run (cpu_math.py)
     curve = UpdateCurve(device=device, threads=threads, precision=spec.precision)
     t_start = time.perf_counter()
     replay = _filled_replay(spec, max(max_batch, MIN_BATCH))

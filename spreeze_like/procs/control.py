@@ -288,9 +288,9 @@ def child_main(module: str, args: ChildArgs) -> None:
     # ``finally`` blocks still run: the monitor closes its event files instead of losing them.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if args.role.endswith("learner"):
-        import torch
+        from spreeze_like.cpu_math import set_learner_math
 
-        torch.set_num_threads(args.config.torch_threads)
+        set_learner_math(args.config.torch_threads)  # threads, and subnormals flushed (cpu_math.py)
     else:  # samplers, evaluator and monitor never import torch (numpy policy, tensorboard writer); if a
         os.environ["OMP_NUM_THREADS"] = "1"  # user's env module does, it gets one thread, read at its import
     _lower_priority(args.role)

@@ -1,0 +1,44 @@
+"""How a learner sets up its CPU math: its torch threads, and subnormal floats flushed to zero.
+
+Why flush: a float32 below 1.2e-38 (subnormal) takes the CPU's slow microcode path, tens of times
+the cost of a normal one. A learner makes them as it trains: the Adam moments of a weight whose
+gradient is zero (a ReLU unit dead on the whole batch) decay by 0.9 per update and cross the
+subnormal range for hundreds of updates. Measured here (2026-11-30, 2-vCPU Xeon, SAC critic 96x96
+at batch 256, one thread, fp32, synthetic replay): after 1,000-4,000 updates 4-8% of the critic's
+Adam moments were subnormal and torch's fused Adam kernel took 84-130 us per call instead of 13-15
+(with flushing, none are and it stays at 13-15). Flushing makes them 0, a value that changes nothing
+here: a moment of 1e-38 moves a weight by about 1e-33. JAX's CPU backend (XLA, so SBX) and
+TensorFlow run with flushing on; PyTorch leaves it off unless asked (``torch.set_flush_denormal``).
+
+``torch.set_flush_denormal`` sets the flags of the calling thread (x86 MXCSR FTZ and DAZ): the
+learner's own thread, which does all of its work at the default ``--torch-threads 1``; with more
+threads, the extra intra-op threads keep the default. Every process that runs learner updates calls
+:func:`set_learner_math`: the learner processes (``procs/control.py``), the serial trainer (in the
+caller's process, where the setting then stays, as ``--torch-threads`` does), the autotuner's update
+probe and the benchmarks that time learner steps, so that they measure what the learners run.
+
+``SPREEZE_FLUSH_DENORMAL=0`` (a benchmark knob, like ``SPREEZE_FEEDER``) leaves flushing off, for
+``tools/bench_flush_denormal.py``'s A/B. Owns no process or shared resource.
+"""
+
+from __future__ import annotations
+
+import os
+
+FLUSH_ENV = "SPREEZE_FLUSH_DENORMAL"
+
+
+def flush_wanted() -> bool:
+    """Whether learners flush subnormals (on unless ``SPREEZE_FLUSH_DENORMAL=0``)."""
+    return os.environ.get(FLUSH_ENV, "1") != "0"
+
+
+def set_learner_math(threads: int) -> bool:
+    """``threads`` torch CPU threads for this process, and subnormals flushed to zero in this thread (unless
+    turned off; see the module docstring). Returns whether flushing is on (False also on a CPU without it)."""
+    import torch
+
+    torch.set_num_threads(threads)
+    wanted = flush_wanted()
+    supported = torch.set_flush_denormal(wanted)  # True when the CPU can (x86 with SSE3), whichever was asked
+    return wanted and supported

@@ -1,0 +1,50 @@
+"""``cpu_math.set_learner_math``: learners flush subnormal floats to zero, unless the benchmark knob turns it off."""
+
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+from spreeze_like.cpu_math import FLUSH_ENV
+
+pytestmark = pytest.mark.skipif(platform.machine() not in ("x86_64", "AMD64"),
+                                reason="torch.set_flush_denormal works on x86 (SSE3) only")
+
+# 1e-39 is subnormal in float32 (below 1.18e-38): with flushing on, the CPU reads it as 0 (DAZ) and writes
+# subnormal results as 0 (FTZ); with it off, it stays 1e-39
+PROBE = ("import torch; from spreeze_like.cpu_math import set_learner_math; on = set_learner_math(1); "
+         "x = torch.tensor([1e-39], dtype=torch.float32); print(on, (x * 1.0).item(), torch.get_num_threads())")
+
+
+def _probe(flush: str | None) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k != FLUSH_ENV}
+    if flush is not None:
+        env[FLUSH_ENV] = flush
+    out = subprocess.run([sys.executable, "-c", PROBE], capture_output=True, text=True, env=env, timeout=120, check=True)
+    return out.stdout.split()
+
+
+def test_a_learner_flushes_subnormals_by_default():
+    on, value, threads = _probe(None)
+    assert (on, float(value), threads) == ("True", 0.0, "1")
+
+
+def test_the_benchmark_knob_turns_flushing_off():
+    on, value, _ = _probe("0")
+    assert on == "False" and float(value) == pytest.approx(1e-39, rel=1e-3)
+
+
+def test_a_serial_run_trains_with_flushing_on_in_the_callers_thread(tmp_path):
+    code = ("import torch, spreeze_like; "
+            f"spreeze_like.train(serial=True, total_steps=300, learning_starts=200, batch_size=32, "
+            f"hidden_sizes=(16, 16), eval_episodes=1, log_interval=0, logdir={str(tmp_path)!r}); "
+            "print((torch.tensor([1e-39], dtype=torch.float32) * 1.0).item())")
+    env = {k: v for k, v in os.environ.items() if k != FLUSH_ENV}
+    out = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, env=env,
+                         timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert float(out.stdout.split()[-1]) == 0.0
