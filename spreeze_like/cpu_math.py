@@ -12,10 +12,14 @@ TensorFlow run with flushing on; PyTorch leaves it off unless asked (``torch.set
 
 ``torch.set_flush_denormal`` sets the flags of the calling thread (x86 MXCSR FTZ and DAZ): the
 learner's own thread, which does all of its work at the default ``--torch-threads 1``; with more
-threads, the extra intra-op threads keep the default. Every process that runs learner updates calls
-:func:`set_learner_math`: the learner processes (``procs/control.py``), the serial trainer (in the
-caller's process, where the setting then stays, as ``--torch-threads`` does), the autotuner's update
-probe and the benchmarks that time learner steps, so that they measure what the learners run.
+threads, the extra intra-op threads keep the default. The processes that are learners and nothing else
+call :func:`set_learner_math`: the learner processes (``procs/control.py``) and the CPU benchmarks of
+learner steps (``tools/bench_explicit_grad.py``, ``bench_precision.py``, ``bench_learner_rate.py``,
+``profile_critic_update.py``), so that they measure what the learners run. The serial trainer and the
+autotuner's update probe (``probe_updates``, which tests call in their own process) may run in a caller's
+process, whose other code may count on IEEE subnormals (hypothesis refuses to run without them: the test
+suite found it), so they flush only while they train or measure, with :func:`flushed_subnormals`, and
+then give the thread back as they found it.
 
 ``SPREEZE_FLUSH_DENORMAL=0`` (a benchmark knob, like ``SPREEZE_FEEDER``) leaves flushing off, for
 ``tools/bench_flush_denormal.py``'s A/B. Owns no process or shared resource.
@@ -23,7 +27,10 @@ probe and the benchmarks that time learner steps, so that they measure what the 
 
 from __future__ import annotations
 
+import contextlib
+import math
 import os
+from collections.abc import Iterator
 
 FLUSH_ENV = "SPREEZE_FLUSH_DENORMAL"
 
@@ -42,3 +49,22 @@ def set_learner_math(threads: int) -> bool:
     wanted = flush_wanted()
     supported = torch.set_flush_denormal(wanted)  # True when the CPU can (x86 with SSE3), whichever was asked
     return wanted and supported
+
+
+def flushing_now() -> bool:
+    """Whether this thread flushes subnormals now: the smallest subnormal double times 1 is then 0."""
+    return math.ulp(0.0) * 1.0 == 0.0
+
+
+@contextlib.contextmanager
+def flushed_subnormals() -> Iterator[bool]:
+    """Subnormals flushed in this thread for the block (unless turned off), then the thread's state before it.
+    Yields whether flushing is on."""
+    import torch
+
+    before, wanted = flushing_now(), flush_wanted()
+    supported = torch.set_flush_denormal(wanted)
+    try:
+        yield wanted and supported
+    finally:
+        torch.set_flush_denormal(before)

@@ -39,6 +39,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from spreeze_like.checkpoint import (
     LOAD_MISMATCH,
     capture_process_rng,
@@ -50,7 +52,7 @@ from spreeze_like.checkpoint import (
     stop_before_training_says_so,
 )
 from spreeze_like.config import TrainConfig
-from spreeze_like.cpu_math import set_learner_math
+from spreeze_like.cpu_math import flushed_subnormals
 from spreeze_like.early_stop import EarlyStop
 from spreeze_like.errors import CheckpointError, NonFiniteError, RoleFailedError, SpreezeError, describe_exception
 from spreeze_like.metrics import stats_schema
@@ -71,7 +73,7 @@ class SerialTrainer:
 
     def __init__(self, config: TrainConfig, context: RunContext, print_fn: Callable[[str], None] = print) -> None:
         self.config, self.context, self.print_fn = config, context, print_fn
-        set_learner_math(config.torch_threads)  # threads, and subnormals flushed (cpu_math.py)
+        torch.set_num_threads(config.torch_threads)  # subnormals are flushed while run() trains (cpu_math.py)
         seed_process(config.seed, "serial")
         self.spec = spec = build.algo_spec(config)
         self.layout = TransitionLayout(spec.obs_dim, spec.act_dim)
@@ -127,6 +129,10 @@ class SerialTrainer:
         return sum(s.env_steps for s in self.samplers)
 
     def run(self) -> TrainResult:
+        with flushed_subnormals():  # the caller's thread gets its own state back (cpu_math.py)
+            return self._train()
+
+    def _train(self) -> TrainResult:
         cfg = self.config
         self.t0 = t0 = time.monotonic()
         self.monitor.session_start = t0  # curves.csv's wall_s: the clock of TrainResult.wall_s and evals

@@ -19,6 +19,10 @@ check see only names of their own prefix: a worker never sweeps the segments ano
 killed a run to inspect, and never counts them as its own leak. Each worker holds one test at a
 time, so the rule above stays exact.
 
+It also fails a test that leaves this thread flushing subnormal floats to zero: the learners flush them
+(``spreeze_like/cpu_math.py``), and code that runs in a caller's process (the serial trainer, the update
+probe) must give the thread back as it found it; hypothesis, for one, refuses to run without subnormals.
+
 ``pytest_configure`` also gives this process Python's SIGINT handler when it started with SIGINT ignored (a
 pytest run in the background by a shell), so that the CLIs the tests start receive the tests' Ctrl-C.
 """
@@ -36,6 +40,7 @@ import psutil
 import pytest
 
 import spreeze_like
+from spreeze_like.cpu_math import flushing_now
 from spreeze_like.ipc.naming import DEFAULT_PREFIX, PREFIX_ENV, shm_prefix
 
 SHM_DIR = "/dev/shm"
@@ -191,5 +196,15 @@ def no_leftovers():
         problems.append("processes left alive: " + ", ".join(f"{p.pid}" for p in kids))
     if leaked:
         problems.append("shared memory left behind: " + ", ".join(leaked))
+    if flushing_now():
+        torch_flush_off()
+        problems.append("this thread was left flushing subnormal floats to zero (use cpu_math.flushed_subnormals)")
     if problems:
         pytest.fail("; ".join(problems), pytrace=False)
+
+
+def torch_flush_off() -> None:
+    """Turn this thread's flushing off again, so that one test's leak does not fail the next."""
+    import torch
+
+    torch.set_flush_denormal(False)

@@ -136,9 +136,9 @@ def probe_updates(
     """
     import torch
 
-    from spreeze_like.cpu_math import set_learner_math
+    from spreeze_like.cpu_math import flushed_subnormals
 
-    set_learner_math(threads)  # as the learners run (cpu_math.py)
+    torch.set_num_threads(threads)
     curve = UpdateCurve(device=device, threads=threads, precision=spec.precision)
     t_start = time.perf_counter()
     replay = _filled_replay(spec, max(max_batch, MIN_BATCH))
@@ -164,7 +164,8 @@ def probe_updates(
         if prev is not None:
             point_budget = min(max(point_budget, 2.0 * _point_cost_s(prev)), max(left, 0.0))
         try:
-            point = _measure_point(at_batch(spec, batch_size), device, batch_size, point_budget, replay)
+            with flushed_subnormals():  # as the learners run; the caller's thread as it was after (cpu_math.py)
+                point = _measure_point(at_batch(spec, batch_size), device, batch_size, point_budget, replay)
         except torch.cuda.OutOfMemoryError:
             torch.cuda.empty_cache()
             curve.stop_reason = f"memory: out of memory on {device} at batch {batch_size}"
