@@ -4,11 +4,13 @@ Why flush: a float32 below 1.2e-38 (subnormal) takes the CPU's slow microcode pa
 the cost of a normal one. A learner makes them as it trains: the Adam moments of a weight whose
 gradient is zero (a ReLU unit dead on the whole batch) decay by 0.9 per update and cross the
 subnormal range for hundreds of updates. Measured here (2026-11-30, 2-vCPU Xeon, SAC critic 96x96
-at batch 256, one thread, fp32, synthetic replay): after 1,000-4,000 updates 4-8% of the critic's
-Adam moments were subnormal and torch's fused Adam kernel took 84-130 us per call instead of 13-15
-(with flushing, none are and it stays at 13-15). Flushing makes them 0, a value that changes nothing
-here: a moment of 1e-38 moves a weight by about 1e-33. JAX's CPU backend (XLA, so SBX) and
-TensorFlow run with flushing on; PyTorch leaves it off unless asked (``torch.set_flush_denormal``).
+at batch 256, one thread, fp32, synthetic replay): after 1,000-4,000 updates 4-9% of the critic's
+Adam moments were subnormal (each at a weight whose gradient was exactly 0) and the learner's fused
+Adam calls averaged 84-130 us instead of 13-15 (with flushing, none are and it stays at 13-15).
+Flushing makes them 0, a value that changes nothing here: a moment of 1e-38 moves a weight by about
+1e-33. JAX on the CPU (XLA's CPU client executes under ``tsl::port::ScopedFlushDenormal``, "to match
+the default TF ThreadPool behavior"; so SBX) and TensorFlow run with flushing on; PyTorch leaves it off
+unless asked (``torch.set_flush_denormal``).
 
 ``torch.set_flush_denormal`` sets the flags of the calling thread (x86 MXCSR FTZ and DAZ): the
 learner's own thread, which does all of its work at the default ``--torch-threads 1``; with more
