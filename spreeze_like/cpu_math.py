@@ -1,9 +1,9 @@
 """How a learner sets up its CPU math: its torch threads, and subnormal floats flushed to zero.
 
-Why flush: a float32 below 1.2e-38 (subnormal) takes the CPU's slow microcode path, tens of times
-the cost of a normal one. A learner makes them as it trains: the Adam moments of a weight whose
-gradient is zero (a ReLU unit dead on the whole batch) decay by 0.9 per update and cross the
-subnormal range for hundreds of updates. Measured here (2026-11-30, 2-vCPU Xeon, SAC critic 96x96
+Why flush: arithmetic on a float32 below 1.2e-38 (subnormal) takes the CPU's slow microcode path
+(here it made torch's fused Adam 10x slower, below). A learner makes them as it trains: the Adam
+moments of a weight whose gradient is zero (a ReLU unit dead on the whole batch) decay by 0.9 per
+update and take about 150 updates to cross the subnormal range, while other weights' enter it. Measured here (2026-11-30, 2-vCPU Xeon, SAC critic 96x96
 at batch 256, one thread, fp32, synthetic replay): after 1,000-4,000 updates 4-9% of the critic's
 Adam moments were subnormal (each at a weight whose gradient was exactly 0) and the learner's fused
 Adam calls averaged 84-130 us instead of 13-15 (with flushing, none are and it stays at 13-15).
@@ -42,15 +42,21 @@ def flush_wanted() -> bool:
     return os.environ.get(FLUSH_ENV, "1") != "0"
 
 
+def _set_flush() -> bool:
+    """Flushing in this thread as :func:`flush_wanted` says; whether it is on (False also on a CPU without it)."""
+    import torch
+
+    wanted = flush_wanted()
+    return torch.set_flush_denormal(wanted) and wanted  # True when the CPU can (x86 with SSE3), whichever was asked
+
+
 def set_learner_math(threads: int) -> bool:
     """``threads`` torch CPU threads for this process, and subnormals flushed to zero in this thread (unless
     turned off; see the module docstring). Returns whether flushing is on (False also on a CPU without it)."""
     import torch
 
     torch.set_num_threads(threads)
-    wanted = flush_wanted()
-    supported = torch.set_flush_denormal(wanted)  # True when the CPU can (x86 with SSE3), whichever was asked
-    return wanted and supported
+    return _set_flush()
 
 
 def flushing_now() -> bool:
@@ -64,9 +70,8 @@ def flushed_subnormals() -> Iterator[bool]:
     Yields whether flushing is on."""
     import torch
 
-    before, wanted = flushing_now(), flush_wanted()
-    supported = torch.set_flush_denormal(wanted)
+    before = flushing_now()
     try:
-        yield wanted and supported
+        yield _set_flush()
     finally:
         torch.set_flush_denormal(before)

@@ -106,13 +106,6 @@ def update_part(args: argparse.Namespace) -> list[dict]:
     return results
 
 
-def _reached(evals: list[tuple[int, float, float]], threshold: float) -> tuple[int | None, float | None]:
-    for step, mean_return, wall in evals:
-        if mean_return >= threshold:
-            return step, wall
-    return None, None
-
-
 def run_side(side: str, config: Any, given: list[str]) -> dict:
     from spreeze_like.training import train
 
@@ -124,10 +117,12 @@ def run_side(side: str, config: Any, given: list[str]) -> dict:
     c = json.loads((Path(result.run_dir) / "status.json").read_text())["counters"]["critic-learner"]
     return {"side": side, "seed": config.seed, "wall_s": result.wall_s, "env_steps": result.env_steps,
             "updates_per_s": (c["total_updates"] - 1) / (c["learn_t1"] - c["learn_t0"]),
-            "final_eval": result.final_eval_return, "evals": result.evals}
+            "final_eval": result.final_eval_return, "evals": result.evals, "run_dir": str(result.run_dir)}
 
 
 def run_part(args: argparse.Namespace, logdir: str) -> list[dict]:
+    from spreeze_like.seed_runs import SeedRecord, read_reach
+
     rows = []
     print(f"\n== whole runs: {args.env}'s default parallel run, {args.total_steps:,} env steps, evaluation every "
           f"{args.eval_every:,}; first evaluation >= {args.threshold}")
@@ -140,7 +135,9 @@ def run_part(args: argparse.Namespace, logdir: str) -> list[dict]:
         config = dataclasses.replace(TrainConfig(), **fields)
         for side in (SIDES if k % 2 == 0 else SIDES[::-1]):
             row = run_side(side, config, list(fields))
-            row["reach_step"], row["reach_s"] = _reached(row["evals"], args.threshold)
+            reach = SeedRecord(seed)
+            read_reach(reach, Path(row["run_dir"]), args.threshold)  # the seeds command's rule, from curves.csv
+            row["reach_step"], row["reach_s"] = reach.reached_steps, reach.reached_s
             rows.append(row)
             reach = (f"{row['reach_step']:10,d} {row['reach_s']:7.1f}" if row["reach_step"] is not None
                      else f"{'-':>10} {'-':>7}")
