@@ -76,6 +76,8 @@ def run_once(args: argparse.Namespace, logdir: Path, extra: list[str]) -> dict:
                 phases[f"{role}: {key.removeprefix('t_')}"] = slots[key] - t0
         if "torch_loaded" in slots:
             phases[f"{role}: torch loaded (0/1)"] = slots["torch_loaded"]
+        if "flushing_threads" in slots:
+            phases[f"{role}: torch threads flushing subnormals"] = slots["flushing_threads"]
     phases["exit"] = t_exit - t0
     return {"phases": phases, "load_before": load_before, "load_after": load_after,
             "plan_line": next((line for line in proc.stdout.splitlines() if "mode" in line and "run folder" in line), "")}

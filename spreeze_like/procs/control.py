@@ -70,14 +70,16 @@ RAY_BRIDGE = "ray-bridge"  # the one Ray driver: writes the remote samplers' row
 # update, an evaluation). A restarted process writes them again. The critic adds ``t_data``: the data
 # for its first update is in replay (``learning_starts`` reached and drained). ``torch_loaded`` is 1 if
 # torch was in ``sys.modules`` at ``t_ready`` (only the learners need it: tests/parallel/test_startup.py).
+# A learner adds ``flushing_threads``: how many of its torch threads flush subnormal floats (cpu_math.py).
 STARTUP_SLOTS = ("t_exec", "t_main", "t_imported", "t_ready", "t_first", "torch_loaded")
 _EXTRA_SLOTS: dict[str, tuple[str, ...]] = {
     "sampler": ("done", "pace_wait_s", "ring_waits", "ring_wait_s", "abandoned", "remote_restarts", "in_flight",
                 *STARTUP_SLOTS),
     "critic-learner": ("done", "total_updates", "allowance", "ckpt_ack", "update_s", "drain_s", "data_wait_s",
                        "actor_wait_s", "learn_t0", "learn_t1", "learn_cpu_s", "drained_rows", *STARTUP_SLOTS,
-                       "t_data"),
-    "actor-learner": ("done", "total_updates", "ckpt_ack", "update_s", "wait_s", *STARTUP_SLOTS),
+                       "t_data", "flushing_threads"),
+    "actor-learner": ("done", "total_updates", "ckpt_ack", "update_s", "wait_s", *STARTUP_SLOTS,
+                      "flushing_threads"),
     "evaluator": ("done", "eval_ack", *STARTUP_SLOTS),
     "replay": (),
 }
@@ -288,9 +290,10 @@ def child_main(module: str, args: ChildArgs) -> None:
     # ``finally`` blocks still run: the monitor closes its event files instead of losing them.
     signal.signal(signal.SIGTERM, _exit_on_sigterm)
     if args.role.endswith("learner"):
-        from spreeze_like.cpu_math import set_learner_math
+        from spreeze_like.cpu_math import flushing_threads, set_learner_math
 
         set_learner_math(args.config.torch_threads)  # threads, and subnormals flushed (cpu_math.py)
+        _startup["flushing_threads"] = float(flushing_threads())  # all of them: the pool starts flushing
     else:  # samplers, evaluator and monitor never import torch (numpy policy, tensorboard writer); if a
         os.environ["OMP_NUM_THREADS"] = "1"  # user's env module does, it gets one thread, read at its import
     _lower_priority(args.role)

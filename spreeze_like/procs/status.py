@@ -120,7 +120,8 @@ def write_startup(run_dir: Path, supervisor: dict[str, float], roles: Iterable[s
     Read by tools/bench_startup.py; one small write at the end of the run, never on its critical path.
     A failed write is ignored: the file is a measurement, not a result.
     """
-    stamps = {role: {k: snap[role][k] for k in (*STARTUP_SLOTS, "t_data") if k in snap[role]}
+    stamps = {role: {k: snap[role][k] for k in (*STARTUP_SLOTS, "t_data", "flushing_threads")
+                     if k in snap[role]}
               for role in roles if role in snap}
     with contextlib.suppress(OSError):
         (run_dir / STARTUP_FILE).write_text(json.dumps({"supervisor": supervisor, "roles": stamps}, indent=1))

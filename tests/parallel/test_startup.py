@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import json
+import platform
 import subprocess
 import sys
 
@@ -118,7 +119,8 @@ def test_a_failed_gpu_count_reads_as_no_gpu_and_says_so(monkeypatch, capsys):
 
 @pytest.mark.multiproc
 def test_startup_json_phases_and_imports_of_a_real_run(tmp_path):
-    proc = run_cli(*TINY_ARGS, "--total-steps", "700", "--logdir", str(tmp_path), timeout=240)
+    # two torch threads per learner: the only parallel test of --torch-threads > 1
+    proc = run_cli(*TINY_ARGS, "--total-steps", "700", "--torch-threads", "2", "--logdir", str(tmp_path), timeout=240)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     run_dir = only_run_dir(tmp_path)
     assert_nothing_left(run_dir)
@@ -134,6 +136,9 @@ def test_startup_json_phases_and_imports_of_a_real_run(tmp_path):
         assert t["torch_loaded"] == (1.0 if role.endswith("learner") else 0.0), (role, t)
     for learner in ("critic-learner", "actor-learner"):
         assert roles[learner]["t_first"] >= roles[learner]["t_ready"], learner
+        if platform.machine() in ("x86_64", "AMD64"):  # torch.set_flush_denormal works on x86 only
+            # both of its threads flush subnormals, the pool's as well as its own (cpu_math.py)
+            assert roles[learner]["flushing_threads"] == 2.0, (learner, roles[learner])
     assert roles["critic-learner"]["t_ready"] <= roles["critic-learner"]["t_data"] <= roles["critic-learner"]["t_first"]
     assert roles["sampler-0"]["t_first"] >= roles["sampler-0"]["t_ready"]
     learned = max(roles["critic-learner"]["t_first"], roles["actor-learner"]["t_first"])

@@ -50,3 +50,37 @@ def test_a_serial_run_flushes_while_it_trains_and_gives_the_callers_thread_back(
                          timeout=300)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split("\n")[-2] == "[True] False", out.stdout[-500:]
+
+
+def _threads_probe(code: str) -> list[str]:
+    env = {k: v for k, v in os.environ.items() if k not in (FLUSH_ENV, "OMP_NUM_THREADS")}
+    out = subprocess.run([sys.executable, "-c", "import torch; from spreeze_like import cpu_math; " + code],
+                         capture_output=True, text=True, env=env, timeout=120, check=True)
+    return out.stdout.split()
+
+
+def test_a_learner_flushes_in_every_torch_thread_when_it_sets_up_first():
+    # as a learner process: set_learner_math before any torch op, so the pool's threads start flushing
+    assert _threads_probe("cpu_math.set_learner_math(4); print(cpu_math.flushing_threads())") == ["4"]
+
+
+def test_the_thread_count_sees_a_pool_started_before_flushing():
+    # what the measure is for: threads created before the flush keep subnormals (a thread starts with its
+    # creator's flags), and the count says so instead of assuming the learner's case above
+    code = ("torch.set_num_threads(4); torch.ones(1 << 20).add_(1.0); cpu_math.set_learner_math(4); "
+            "print(cpu_math.flushing_threads())")
+    assert _threads_probe(code) == ["1"]
+
+
+def test_no_torch_thread_flushes_with_the_knob_off():
+    env_code = "import os; os.environ['SPREEZE_FLUSH_DENORMAL'] = '0'; "
+    assert _threads_probe(env_code + "cpu_math.set_learner_math(4); print(cpu_math.flushing_threads())") == ["0"]
+
+
+def test_a_flushed_block_leaves_no_thread_of_the_caller_flushing():
+    # the block starts the pool first, so the threads it creates do not inherit its flags and keep them after
+    code = ("torch.set_num_threads(4)\n"
+            "with cpu_math.flushed_subnormals():\n"
+            "    inside = cpu_math.flushing_threads()\n"
+            "print(inside, cpu_math.flushing_threads(), cpu_math.flushing_now())")
+    assert _threads_probe(code) == ["1", "0", "False"]
