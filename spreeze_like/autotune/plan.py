@@ -224,11 +224,31 @@ def make_plan(probes: ProbeResults, config: Any, explicit: Collection[str] = (),
     _small_update_precision(plan, config, choose, "precision" in mine)
     plan.predicted = layout.predicted
     plan.notes += layout.notes
+    _time_limit_note(plan, config)
 
     # 6. memory: replay and rings -------------------------------------------------------------------------------
     _plan_memory(plan, probes, config, choose, int(plan.value("samplers")), bool(plan.value("serial")))
     plan.estimates = probes.estimates()
     return plan
+
+
+def _time_limit_note(plan: Plan, config: Any) -> None:
+    """With ``--time-limit-s``: where the plan's expected rate ends this session, against ``--total-steps``.
+
+    The plan stays the whole run's (its replay and its least UTD count ``total_steps``): a time limit is a
+    session's, and ``--resume`` sessions continue to ``total_steps`` (docs/trainer.md). The figure is the
+    plan's own expectation, start-up and evaluations not counted, so it is an upper end.
+    """
+    limit, rate = float(getattr(config, "time_limit_s", 0.0)), plan.predicted.get("sample_hz", 0.0)
+    if limit <= 0 or rate <= 0:
+        return
+    total, reach = int(config.total_steps), rate * limit
+    if reach < total:
+        plan.notes.append(f"--time-limit-s {limit:g}: at the expected {rate:,.0f} env steps/s this session ends near "
+                          f"{reach:,.0f} of the {total:,} env steps at most (--resume continues the run)")
+    else:
+        plan.notes.append(f"--time-limit-s {limit:g}: the {total:,} env steps take about {total / rate:,.0f} s at the "
+                          f"expected {rate:,.0f} env steps/s, within the limit")
 
 
 def _plan_precision(probes: ProbeResults, config: Any, choose: Any, critic_dev: str, actor_dev: str, user: bool,

@@ -334,3 +334,17 @@ def test_bf16_measured_but_too_small_an_update_for_it_plans_fp32():
     assert plan.value("precision") == "bf16"  # the critic's 2048-wide layers make the update large
     plan, _ = plan_for(REAL, explicit={"precision"}, probes=probes, hidden_sizes=(64, 64), precision="bf16")
     assert plan.value("precision") == "bf16" and plan.choices["precision"].source == "user"
+
+
+@pytest.mark.parametrize("limit, fits", [(60.0, False), (1e6, True)])
+def test_a_time_limit_says_where_the_session_ends_and_leaves_the_plan_as_it_was(limit, fits):
+    plain, _ = plan_for(REAL, total_steps=200_000)
+    plan, _ = plan_for(REAL, total_steps=200_000, time_limit_s=limit)
+    assert plan.settings() == plain.settings()  # a session's limit: the run's plan is the same
+    rate = plan.predicted["sample_hz"]
+    notes = [n for n in plan.notes if n.startswith("--time-limit-s")]
+    assert len(notes) == 1 and not any(n.startswith("--time-limit-s") for n in plain.notes)
+    if fits:
+        assert f"take about {200_000 / rate:,.0f} s" in notes[0] and "within the limit" in notes[0]
+    else:
+        assert f"ends near {rate * limit:,.0f} of the 200,000 env steps" in notes[0] and "--resume" in notes[0]
