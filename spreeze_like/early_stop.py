@@ -40,10 +40,6 @@ class EarlyStop:
     reason: str = ""
 
     @property
-    def stopped(self) -> bool:
-        return bool(self.reason)
-
-    @property
     def deadline(self) -> float:
         """The ``time.monotonic()`` value at which the time limit comes (inf: none)."""
         return self.t0 + self.time_limit_s if self.time_limit_s > 0 else math.inf
