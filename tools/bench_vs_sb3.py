@@ -1,10 +1,11 @@
-"""Learning speed of spreeze_like vs SB3 SAC, SBX SAC, SBX CrossQ and RLtools SAC: same env, seeds and machine, one run.
+"""Learning speed of spreeze_like vs SB3 and SBX (SAC, TD3, DDPG, CrossQ) and RLtools SAC: same env, seeds, machine, run.
 
     python tools/bench_vs_sb3.py --env Pendulum-v1 --seeds 1 2                       # parallel mode vs all peers
     python tools/bench_vs_sb3.py --env Pendulum-v1 --seeds 1 2 --serial              # serial mode vs all peers
     python tools/bench_vs_sb3.py --env Pendulum-v1 --seeds 1 2 --serial --parallel   # both modes vs all peers
     python tools/bench_vs_sb3.py --env Pendulum-v1 --seeds 1 2 --peers sbx sbx-crossq   # the SBX peers only
     python tools/bench_vs_sb3.py --env Pendulum-v1 --seeds 1 2 --peers rltools   # RLtools' compiled C++ loop
+    python tools/bench_vs_sb3.py --env Pendulum-v1 --seeds 1 2 --peers sb3-td3 sbx-td3 --set algo='"td3"'   # TD3
     python tools/bench_vs_sb3.py --env HalfCheetah-v5 --seeds 1 2 --total-steps 200000 --wall-budget 1800
     python tools/bench_vs_sb3.py --env HalfCheetah-v5 --device cuda:0 --peer-device cuda   # on a GPU machine
     python tools/bench_vs_sb3.py --total-steps 600 --seeds 1 --skip-sb3 --skip-sbx   # ours only
@@ -12,8 +13,9 @@
 
 For each seed it trains ours (``spreeze_like.train``, in this process tree: ``tools/peers_ours.py``)
 and then each peer of ``--peers`` (default ``sb3 sbx sbx-crossq``: SB3 SAC, SBX SAC, SBX CrossQ;
-``--skip-sb3`` leaves SB3 out, ``--skip-sbx`` both SBX peers, ``--skip-sbx-crossq`` CrossQ alone; ``rltools``,
-RLtools SAC compiled on the spot, only when named: ``tools/peers_rltools.py``), one
+``--skip-sb3`` leaves SB3 out, ``--skip-sbx`` every SBX peer, ``--skip-sbx-crossq`` CrossQ alone; ``rltools``,
+RLtools SAC compiled on the spot, only when named: ``tools/peers_rltools.py``; ``sb3-td3``, ``sbx-td3``,
+``sb3-ddpg``, ``sbx-ddpg`` when named, beside ours with ``--set algo='"td3"'`` or ``ddpg``), one
 after the other, each peer run in a fresh child process (``tools/peers_runners.py``, which also says
 what settings each peer gets: the same shared ones for all, SBX what SB3 gets). Before any run, a
 probe child per peer checks that it is installed and that its device exists, and our devices are
@@ -98,8 +100,9 @@ ENV_DEFAULTS: dict[str, tuple[float, float, int, float, int, int]] = {
     "gymnasium_robotics:PointMaze_UMaze-v3": (100.0, 150.0, 1000, 3e-4, 30_000, 2500),
 }
 FALLBACK_DEFAULTS = (0.0, 0.0, 10_000, 3e-4, 100_000, 10_000)
-# --skip-<flag> leaves these peers out: --skip-sbx means no SBX at all (SAC nor CrossQ)
-SKIPS = {"sb3": ("sb3",), "sbx": ("sbx", "sbx-crossq"), "sbx-crossq": ("sbx-crossq",)}
+# --skip-<flag> leaves these peers out: --skip-sbx means no SBX at all (no algorithm), --skip-sb3 no SB3
+SKIPS = {"sb3": tuple(p.name for p in PEERS.values() if p.module == "stable_baselines3"),
+         "sbx": tuple(p.name for p in PEERS.values() if p.module == "sbx"), "sbx-crossq": ("sbx-crossq",)}
 
 
 def load_line() -> str:
@@ -138,10 +141,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "--serial is not given)")
     parser.add_argument("--peers", nargs="+", choices=list(PEERS), default=list(DEFAULT_PEERS),
                         help="the peers to run after ours, each seed: sb3 (SB3 SAC), sbx (SBX SAC), sbx-crossq "
-                        "(SBX CrossQ), rltools (RLtools SAC, C++ compiled on the spot: tools/peers_rltools.py) "
-                        "(default: sb3 sbx sbx-crossq)")
-    parser.add_argument("--skip-sb3", action="store_true", help="leave SB3 out of --peers")
-    parser.add_argument("--skip-sbx", action="store_true", help="leave both SBX peers (sbx, sbx-crossq) out")
+                        "(SBX CrossQ), sb3-td3, sbx-td3, sb3-ddpg, sbx-ddpg (TD3 and DDPG, beside --set "
+                        "algo='\"td3\"' or ddpg on our side), rltools (RLtools SAC, C++ compiled on the spot: "
+                        "tools/peers_rltools.py) (default: sb3 sbx sbx-crossq)")
+    parser.add_argument("--skip-sb3", action="store_true", help="leave every SB3 peer out of --peers")
+    parser.add_argument("--skip-sbx", action="store_true", help="leave every SBX peer (sbx, sbx-crossq, ...) out")
     parser.add_argument("--skip-sbx-crossq", action="store_true", help="leave SBX CrossQ out of --peers")
     parser.add_argument("--skip-ours", action="store_true", help="run the peers only")
     parser.add_argument("--peer-device", choices=("auto", "cpu", "cuda"), default="auto",

@@ -1,4 +1,4 @@
-"""The peers of ``tools/bench_vs_sb3.py``: SB3 SAC, SBX SAC and SBX CrossQ, each run in a child process.
+"""The peers of ``tools/bench_vs_sb3.py``: SB3 and SBX SAC, TD3 and DDPG, and SBX CrossQ, each in a child process.
 
 SBX (package ``sbx-rl``) is SB3's API with the networks and the update in JAX, JIT-compiled; it keeps
 SB3's numpy replay buffer and env loop. Each peer run is a fresh child process (:func:`peer_child`,
@@ -11,9 +11,13 @@ the benchmark's scratch folder, which the benchmark removes.
 
 **Settings.** Every peer gets the same shared settings (:func:`shared_kwargs`): the recorded env, the
 peers' learning rate ``--sb3-lr`` (rl-zoo's for the env) for actor, critic and alpha, 1M replay,
-``learning_starts``, batch 256, gamma 0.99, UTD 1 (train_freq 1, gradient_steps 1), entropy tuned
-from alpha 1 to -act_dim, the seed. SAC (SB3 and SBX alike) adds tau 0.005 (their default;
-``--peer-tau`` changes it) and MLPs 256-256 (SBX's policy_delay stays its default, 1). CrossQ adds
+``learning_starts``, batch 256, gamma 0.99, UTD 1 (train_freq 1, gradient_steps 1), the seed. SAC and
+CrossQ add the entropy tuned from alpha 1 to -act_dim. SAC (SB3 and SBX alike) adds tau 0.005 (their
+default; ``--peer-tau`` changes it) and MLPs 256-256 (SBX's policy_delay stays its default, 1). TD3 and
+DDPG add the same tau and MLPs, and Gaussian exploration noise of std 0.1 on actions scaled to [-1, 1]
+(rl-baselines3-zoo's; ours, ``--exploration-noise``, defaults to it; SB3's own default is none); TD3 keeps
+its defaults of policy delay 2 and target noise 0.2 clipped at 0.5 (ours too), and SBX's DDPG gets the
+shared rate for its critic (its own default is 1e-3 there). CrossQ adds
 nothing of SAC's: it has no target networks (no tau) and keeps what makes it CrossQ as SBX ships it:
 policy delay 3 (the paper's), Batch Renormalization in actor and critic, Adam beta1 0.5, an actor
 256-256 and a critic 1024-1024 (``--crossq-critic-units N`` makes the critic N-N, e.g. 256 to match
@@ -67,7 +71,7 @@ class Peer:
     module: str  # the importable package
     package: str  # its PyPI name
     model: str  # the class in ``module``
-    algo: str  # "sac" or "crossq"
+    algo: str  # "sac", "td3", "ddpg" or "crossq"
     framework: str  # "torch" or "jax"
 
 
@@ -75,10 +79,17 @@ PEER_LIST = (
     Peer("sb3", "SB3 SAC", "stable_baselines3", "stable-baselines3", "SAC", "sac", "torch"),
     Peer("sbx", "SBX SAC", "sbx", "sbx-rl", "SAC", "sac", "jax"),
     Peer("sbx-crossq", "SBX CrossQ", "sbx", "sbx-rl", "CrossQ", "crossq", "jax"),
+    Peer("sb3-td3", "SB3 TD3", "stable_baselines3", "stable-baselines3", "TD3", "td3", "torch"),
+    Peer("sbx-td3", "SBX TD3", "sbx", "sbx-rl", "TD3", "td3", "jax"),
+    Peer("sb3-ddpg", "SB3 DDPG", "stable_baselines3", "stable-baselines3", "DDPG", "ddpg", "torch"),
+    Peer("sbx-ddpg", "SBX DDPG", "sbx", "sbx-rl", "DDPG", "ddpg", "jax"),
     Peer("rltools", "RLtools SAC", "rltools", "rltools", "SAC", "sac", "cpp"),  # peers_rltools.py
 )
 PEERS = {peer.name: peer for peer in PEER_LIST}
-DEFAULT_PEERS = ("sb3", "sbx", "sbx-crossq")  # RLtools only when named: it compiles C++ and has its own settings
+# RLtools only when named (it compiles C++ and has its own settings), and the TD3 / DDPG peers, which go with
+# ``--set algo='"td3"'`` (or ddpg) on our side
+DEFAULT_PEERS = ("sb3", "sbx", "sbx-crossq")
+EXPLORATION_NOISE = 0.1  # TD3 / DDPG: std of the action noise (actions in [-1, 1]); rl-zoo's and our default
 CHILD_CODE = "import sys, peers_runners; sys.exit(peers_runners.peer_child(sys.argv[1]))"
 
 
@@ -174,20 +185,28 @@ def peer_device(peer: Peer, requested: str) -> str:
 
 
 def shared_kwargs(args: argparse.Namespace, peer: Peer, seed: int) -> dict:
-    """The constructor arguments every peer gets alike (SB3, SBX SAC and SBX CrossQ)."""
+    """The constructor arguments every peer gets alike (SB3 and SBX, every algorithm)."""
     # SBX's torch side (its replay buffer) is always on the CPU; JAX picks the networks' device
     device = args.peer_device if peer.framework == "torch" else "cpu"
     return {"learning_rate": args.sb3_lr, "buffer_size": 1_000_000, "learning_starts": args.learning_starts,
-            "batch_size": 256, "gamma": 0.99, "train_freq": 1, "gradient_steps": 1, "ent_coef": "auto_1.0",
-            "target_entropy": "auto", "seed": seed, "device": device}
+            "batch_size": 256, "gamma": 0.99, "train_freq": 1, "gradient_steps": 1, "seed": seed, "device": device}
 
 
-def algo_kwargs(args: argparse.Namespace, peer: Peer) -> dict:
-    """What the algorithm adds: SAC's target networks and MLPs; CrossQ's own defaults, bar the critic width."""
+def algo_kwargs(args: argparse.Namespace, peer: Peer, act_dim: int) -> dict:
+    """What the algorithm adds: SAC's entropy, target networks and MLPs; TD3's and DDPG's target networks, MLPs and
+    exploration noise; CrossQ's entropy and its own defaults, bar the critic width."""
+    entropy = {"ent_coef": "auto_1.0", "target_entropy": "auto"}
     if peer.algo == "sac":
-        return {"tau": args.peer_tau, "policy_kwargs": {"net_arch": [256, 256]}}
+        return {**entropy, "tau": args.peer_tau, "policy_kwargs": {"net_arch": [256, 256]}}
+    if peer.algo in ("td3", "ddpg"):
+        import numpy as np
+        from stable_baselines3.common.noise import NormalActionNoise
+
+        noise = NormalActionNoise(np.zeros(act_dim), EXPLORATION_NOISE * np.ones(act_dim))
+        critic_lr = {"qf_learning_rate": args.sb3_lr} if peer.framework == "jax" else {}  # SBX's own knob
+        return {"tau": args.peer_tau, "policy_kwargs": {"net_arch": [256, 256]}, "action_noise": noise, **critic_lr}
     units = args.crossq_critic_units
-    return {"policy_kwargs": {"net_arch": {"pi": [256, 256], "qf": [units, units]}}} if units else {}
+    return {**entropy, **({"policy_kwargs": {"net_arch": {"pi": [256, 256], "qf": [units, units]}}} if units else {})}
 
 
 def her_kwargs(args: argparse.Namespace) -> dict:
@@ -209,7 +228,9 @@ def make_model(args: argparse.Namespace, peer: Peer, seed: int):
     model_class = getattr(importlib.import_module(peer.module), peer.model)
     env = gym.make(RECORDED_ID)
     policy = "MultiInputPolicy" if isinstance(env.observation_space, gym.spaces.Dict) else "MlpPolicy"
-    model = model_class(policy, env, **shared_kwargs(args, peer, seed), **algo_kwargs(args, peer), **her_kwargs(args))
+    act_dim = int(env.action_space.shape[0])
+    model = model_class(policy, env, **shared_kwargs(args, peer, seed), **algo_kwargs(args, peer, act_dim),
+                        **her_kwargs(args))
     # a logger that writes nowhere: left to itself, every learn() makes an empty /tmp/SB3-<time> folder
     # (SB3's configure_logger with no log folder), and the benchmark reads the Monitor's files instead
     from stable_baselines3.common.logger import Logger

@@ -116,6 +116,23 @@ def test_bench_vs_sbx_sac_and_crossq_smallest_configuration(tmp_path: Path) -> N
     check_curves(tmp_path / "figures_curves", rows)
 
 
+@needs_sbx
+def test_bench_vs_td3_and_ddpg_peers_smallest_configuration(tmp_path: Path) -> None:
+    """Ours as TD3 beside SB3's TD3 and SBX's DDPG (both frameworks, both algorithms): their updates are critic
+    updates, one per env step after the warm-up, and the report names each peer's algorithm."""
+    pytest.importorskip("stable_baselines3", reason="the bench extra (stable-baselines3) is not installed")
+    out = tmp_path / "figures.json"
+    proc = run_bench(SMALLEST + ["--peers", "sb3-td3", "sbx-ddpg", "--peer-device", "cpu", "--device", "cpu",
+                                 "--set", 'algo="td3"', "--json", str(out), "--no-png"])
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "ratios ours / SB3 TD3 (" in proc.stdout and "ratios ours / SBX DDPG (" in proc.stdout
+    rows = json.loads(out.read_text())["rows"]
+    assert set(rows) == {"ours-serial", "sb3-td3", "sbx-ddpg"}
+    check_rows(rows)
+    assert [rows[n]["1"]["algo"] for n in ("ours-serial", "sb3-td3", "sbx-ddpg")] == ["td3", "td3", "ddpg"]
+    assert rows["sb3-td3"]["1"]["updates"] == rows["sbx-ddpg"]["1"]["updates"] == 600 - 400
+
+
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal of a GPU this machine does not have")
 @pytest.mark.parametrize("flags", [["--device", "cuda:0"], ["--set", 'actor_device="cuda:0"'],
                                    ["--skip-ours", "--skip-sbx", "--peer-device", "cuda"]],

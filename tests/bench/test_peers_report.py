@@ -68,6 +68,8 @@ def test_the_report_prints_the_summary_line_per_peer(capsys: pytest.CaptureFixtu
     (["--skip-sbx"], ["sb3"]),  # no SBX at all, SAC nor CrossQ
     (["--skip-sbx-crossq"], ["sb3", "sbx"]),
     (["--skip-sb3"], ["sbx", "sbx-crossq"]),
+    (["--peers", "sb3-td3", "sbx-td3", "sbx-ddpg", "--skip-sbx"], ["sb3-td3"]),  # --skip-sbx: every SBX algorithm
+    (["--peers", "sb3-td3", "sb3-ddpg", "sbx-td3", "--skip-sb3"], ["sbx-td3"]),
     (["--peers", "sbx-crossq", "sbx", "sbx-crossq"], ["sbx-crossq", "sbx"]),
 ])
 def test_peers_chosen_by_flags(flags: list[str], peers: list[str]) -> None:
@@ -77,18 +79,32 @@ def test_peers_chosen_by_flags(flags: list[str], peers: list[str]) -> None:
 def test_every_peer_gets_the_same_shared_settings_and_crossq_none_of_sacs() -> None:
     args = bench_vs_sb3.parse_args(["--env", "HalfCheetah-v5", "--peer-device", "cpu"])
     shared = [shared_kwargs(args, PEERS[p], 3) for p in PEERS]
-    assert shared[0] == shared[1] == shared[2]
+    assert all(s == shared[0] for s in shared)
     assert shared[0]["learning_rate"] == 3e-4 and shared[0]["learning_starts"] == 10_000 and shared[0]["seed"] == 3
-    assert algo_kwargs(args, PEERS["sb3"]) == algo_kwargs(args, PEERS["sbx"]) == {
-        "tau": 0.005, "policy_kwargs": {"net_arch": [256, 256]}}
-    assert algo_kwargs(args, PEERS["sbx-crossq"]) == {}  # SBX's CrossQ as shipped: no tau, its own networks
+    entropy = {"ent_coef": "auto_1.0", "target_entropy": "auto"}
+    assert algo_kwargs(args, PEERS["sb3"], 6) == algo_kwargs(args, PEERS["sbx"], 6) == {
+        **entropy, "tau": 0.005, "policy_kwargs": {"net_arch": [256, 256]}}
+    assert algo_kwargs(args, PEERS["sbx-crossq"], 6) == entropy  # SBX's CrossQ as shipped: no tau, its own networks
     narrow = bench_vs_sb3.parse_args(["--crossq-critic-units", "256"])
-    assert algo_kwargs(narrow, PEERS["sbx-crossq"]) == {"policy_kwargs": {"net_arch": {"pi": [256, 256],
-                                                                                        "qf": [256, 256]}}}
+    assert algo_kwargs(narrow, PEERS["sbx-crossq"], 6) == {
+        **entropy, "policy_kwargs": {"net_arch": {"pi": [256, 256], "qf": [256, 256]}}}
     faster_targets = bench_vs_sb3.parse_args(["--peer-tau", "0.02"])
-    assert algo_kwargs(faster_targets, PEERS["sb3"]) == algo_kwargs(faster_targets, PEERS["sbx"]) == {
-        "tau": 0.02, "policy_kwargs": {"net_arch": [256, 256]}}
-    assert algo_kwargs(faster_targets, PEERS["sbx-crossq"]) == {}  # CrossQ has no target networks to pass it to
+    assert algo_kwargs(faster_targets, PEERS["sb3"], 6) == algo_kwargs(faster_targets, PEERS["sbx"], 6) == {
+        **entropy, "tau": 0.02, "policy_kwargs": {"net_arch": [256, 256]}}
+    assert algo_kwargs(faster_targets, PEERS["sbx-crossq"], 6) == entropy  # no target networks to pass it to
+
+
+@pytest.mark.parametrize("name", ["sb3-td3", "sbx-td3", "sb3-ddpg", "sbx-ddpg"])
+def test_td3_and_ddpg_peers_explore_with_our_default_noise_and_no_entropy(name: str) -> None:
+    pytest.importorskip("stable_baselines3", reason="the bench extra (stable-baselines3) is not installed")
+    from spreeze_like.config import TrainConfig
+
+    args = bench_vs_sb3.parse_args(["--peer-tau", "0.02", "--peers", name])
+    kwargs = algo_kwargs(args, PEERS[name], 6)
+    noise = kwargs.pop("action_noise")
+    assert noise._mu.tolist() == [0.0] * 6 and noise._sigma.tolist() == [TrainConfig().exploration_noise] * 6
+    critic_lr = {"qf_learning_rate": args.sb3_lr} if name.startswith("sbx") else {}  # SBX's DDPG has its own 1e-3
+    assert kwargs == {"tau": 0.02, "policy_kwargs": {"net_arch": [256, 256]}, **critic_lr}
 
 
 def test_a_peer_tau_out_of_range_is_one_error_line() -> None:
@@ -96,17 +112,17 @@ def test_a_peer_tau_out_of_range_is_one_error_line() -> None:
         bench_vs_sb3.parse_args(["--peer-tau", "0"])
 
 
-@pytest.mark.skipif(importlib.util.find_spec("sbx") is None,
-                    reason="sbx-rl (the bench extra's SBX peers: SAC and CrossQ) is not installed")
-@pytest.mark.parametrize("name", ["sbx", "sbx-crossq"])
-def test_the_sbx_constructors_take_every_setting_given(name: str) -> None:
+@pytest.mark.skipif(importlib.util.find_spec("sbx") is None or importlib.util.find_spec("stable_baselines3") is None,
+                    reason="the bench extra's peers (sbx-rl, stable-baselines3) are not installed")
+@pytest.mark.parametrize("name", ["sbx", "sbx-crossq", "sbx-td3", "sbx-ddpg", "sb3", "sb3-td3", "sb3-ddpg"])
+def test_the_peer_constructors_take_every_setting_given(name: str) -> None:
     """A misspelt keyword would fail only in a peer's child, late; binding the signature catches it here."""
-    import sbx
+    import importlib
 
     peer = PEERS[name]
     args = bench_vs_sb3.parse_args(["--crossq-critic-units", "256"])
-    signature = inspect.signature(getattr(sbx, peer.model))
-    signature.bind("MlpPolicy", "Pendulum-v1", **shared_kwargs(args, peer, 1), **algo_kwargs(args, peer))
+    signature = inspect.signature(getattr(importlib.import_module(peer.module), peer.model))
+    signature.bind("MlpPolicy", "Pendulum-v1", **shared_kwargs(args, peer, 1), **algo_kwargs(args, peer, 1))
     if name == "sbx-crossq":  # what the docs promise CrossQ keeps of its own
         assert signature.parameters["policy_delay"].default == 3
         assert "tau" not in signature.parameters
