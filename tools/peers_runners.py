@@ -89,7 +89,6 @@ PEERS = {peer.name: peer for peer in PEER_LIST}
 # RLtools only when named (it compiles C++ and has its own settings), and the TD3 / DDPG peers, which go with
 # ``--set algo='"td3"'`` (or ddpg) on our side
 DEFAULT_PEERS = ("sb3", "sbx", "sbx-crossq")
-EXPLORATION_NOISE = 0.1  # TD3 / DDPG: std of the action noise (actions in [-1, 1]); rl-zoo's and our default
 CHILD_CODE = "import sys, peers_runners; sys.exit(peers_runners.peer_child(sys.argv[1]))"
 
 
@@ -202,7 +201,10 @@ def algo_kwargs(args: argparse.Namespace, peer: Peer, act_dim: int) -> dict:
         import numpy as np
         from stable_baselines3.common.noise import NormalActionNoise
 
-        noise = NormalActionNoise(np.zeros(act_dim), EXPLORATION_NOISE * np.ones(act_dim))
+        from spreeze_like.config import TrainConfig
+
+        std = TrainConfig().exploration_noise  # our default (actions in [-1, 1]), rl-zoo's for TD3 and DDPG
+        noise = NormalActionNoise(np.zeros(act_dim), std * np.ones(act_dim))
         critic_lr = {"qf_learning_rate": args.sb3_lr} if peer.framework == "jax" else {}  # SBX's own knob
         return {"tau": args.peer_tau, "policy_kwargs": {"net_arch": [256, 256]}, "action_noise": noise, **critic_lr}
     units = args.crossq_critic_units
