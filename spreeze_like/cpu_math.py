@@ -13,9 +13,10 @@ the default TF ThreadPool behavior"; so SBX) and TensorFlow run with flushing on
 unless asked (``torch.set_flush_denormal``).
 
 ``torch.set_flush_denormal`` sets the flags of the calling thread (x86 MXCSR FTZ and DAZ), and a thread
-starts with its creator's flags (POSIX ``pthread_create``), so torch's intra-op threads (one OpenMP pool,
-which MKL and oneDNN share) flush if they are created after it and keep what they had if they existed
-before. A learner process calls :func:`set_learner_math` before its first torch op, so with
+starts with its creator's flags (POSIX ``pthread_create``), so torch's intra-op threads (its OpenMP pool)
+flush if they are created after it and keep what they had if they existed before (measured on an
+elementwise op; whether MKL's and oneDNN's matrix kernels run on that same pool was not checked). A
+learner process calls :func:`set_learner_math` before its first torch op, so with
 ``--torch-threads`` > 1 its whole pool is created flushing; :func:`flushing_threads` measures it (the
 learners record it in ``startup.json``, and a test runs learners at 2 threads). The processes that are
 learners and nothing else call it: the learner processes (``procs/control.py``) and the CPU benchmarks of

@@ -121,6 +121,7 @@ def run_side(side: str, config: Any, given: list[str]) -> dict:
 
 
 def run_part(args: argparse.Namespace, logdir: str) -> list[dict]:
+    from spreeze_like.config import TrainConfig
     from spreeze_like.seed_runs import SeedRecord, read_reach
 
     rows = []
@@ -128,8 +129,6 @@ def run_part(args: argparse.Namespace, logdir: str) -> list[dict]:
           f"{args.eval_every:,}; first evaluation >= {args.threshold}")
     print(f"{'seed':>4} {'side':>4} {'wall s':>7} {'upd/s':>7} {'reach step':>10} {'reach s':>7} {'final':>8}")
     for k, seed in enumerate(args.seeds):
-        from spreeze_like.config import TrainConfig
-
         fields = {"env": args.env, "seed": seed, "total_steps": args.total_steps, "eval_every": args.eval_every,
                   "log_interval": 0, "logdir": logdir}
         config = dataclasses.replace(TrainConfig(), **fields)
