@@ -37,7 +37,7 @@ env steps on a separate env; the time it takes is *subtracted* from the peer's w
 peer's favour). Wall clocks start just before ``train()`` / the peer's constructor.
 
 **Hyperparameters.** Ours runs what a default run on the env runs: the env's algorithm
-(``presets/algos.toml``) and its preset (e.g. SAC 96-96 on Pendulum-v1, CrossQ on HalfCheetah-v5),
+(``presets/algos.toml``) and its preset (e.g. SAC 96-96 on Pendulum-v1, CrossQ on HalfCheetah-v5 and Hopper-v5),
 under the shared settings here; ``--set`` wins. The peers: MLPs 256-256 for SAC, gamma 0.99, tau 0.005
 (SAC; ``--peer-tau``), batch 256, 1M replay, ``learning_starts`` (Pendulum 1,000; MuJoCo 10,000 as in
 rl-zoo), UTD 1, automatic entropy tuning from alpha 1 with target -act_dim. Learning rates: ours keeps its defaults for the base env and algorithm
@@ -96,6 +96,10 @@ from spreeze_like.rundir import write_text_atomic
 ENV_DEFAULTS: dict[str, tuple[float, float, int, float, int, int]] = {
     "Pendulum-v1": (-250.0, -200.0, 1000, 1e-3, 20_000, 1000),
     "HalfCheetah-v5": (1500.0, 1500.0, 10_000, 3e-4, 200_000, 10_000),
+    # Hopper earns 1 a step for staying upright, so standing still for its 1,000 steps scores about 1,000:
+    # the evaluation threshold 2,500 is hopping forward (our CrossQ's evaluations jumped from 800-1,500 to
+    # 2,700-3,200 when it learned to, BENCHMARKS.md 2026-11-30 evening); the training one has exploration noise
+    "Hopper-v5": (1500.0, 2500.0, 10_000, 3e-4, 300_000, 5000),
     # sparse: +1 a step at the goal, 300-step episodes; with --her-goals 4 (BENCHMARKS.md, Trainer)
     "gymnasium_robotics:PointMaze_UMaze-v3": (100.0, 150.0, 1000, 3e-4, 30_000, 2500),
 }

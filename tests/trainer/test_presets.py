@@ -152,6 +152,11 @@ def test_shipped_default_algorithms_are_known_algorithms_with_sources():
 def test_default_algorithm_per_env_and_the_flag_wins():
     assert presets_module.default_algo("Pendulum-v1") == ("sac", "preset:algos.toml#default")
     assert presets_module.default_algo("my_pkg.envs:HalfCheetah-v5") == ("crossq", "preset:algos.toml#HalfCheetah-v5")
+    assert presets_module.default_algo("Hopper-v5") == ("crossq", "preset:algos.toml#Hopper-v5")
+    assert presets_module.default_algo("Walker2d-v5") == ("sac", "preset:algos.toml#default")  # not measured
+    hopper, hopper_sources = lay_presets(dataclasses.replace(TrainConfig(), env="Hopper-v5"), {"env": "flag"})
+    assert (hopper.algo, hopper.learning_starts) == ("crossq", 10_000)
+    assert hopper_sources["learning_starts"] == "preset:crossq.toml#Hopper-v5"  # CrossQ's table for the env applies
     chosen, _ = lay_presets(dataclasses.replace(TrainConfig(), env="HalfCheetah-v5"), {"env": "flag"})
     assert chosen.algo == "crossq" and chosen.policy_delay == 0 and chosen.resolve().policy_delay == 3
     flagged = parse_command_line(["--env", "HalfCheetah-v5", "--algo", "sac"])
