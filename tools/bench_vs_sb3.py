@@ -97,8 +97,9 @@ ENV_DEFAULTS: dict[str, tuple[float, float, int, float, int, int]] = {
     "Pendulum-v1": (-250.0, -200.0, 1000, 1e-3, 20_000, 1000),
     "HalfCheetah-v5": (1500.0, 1500.0, 10_000, 3e-4, 200_000, 10_000),
     # Hopper earns 1 a step for staying upright, so standing still for its 1,000 steps scores about 1,000:
-    # the evaluation threshold 2,500 is hopping forward (our CrossQ's evaluations jumped from 600-1,500 to
-    # 2,500-3,400 when it learned to, BENCHMARKS.md 2026-11-30 afternoon); the training one has exploration noise
+    # the evaluation threshold 2,500 is hopping forward (our CrossQ's evaluations jumped from at most 1,500 to
+    # 2,460-3,400 within two evaluations when it learned to, BENCHMARKS.md 2026-11-30 afternoon); the training
+    # one has exploration noise
     "Hopper-v5": (1500.0, 2500.0, 10_000, 3e-4, 300_000, 5000),
     # sparse: +1 a step at the goal, 300-step episodes; with --her-goals 4 (BENCHMARKS.md, Trainer)
     "gymnasium_robotics:PointMaze_UMaze-v3": (100.0, 150.0, 1000, 3e-4, 30_000, 2500),
