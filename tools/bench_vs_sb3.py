@@ -37,7 +37,7 @@ env steps on a separate env; the time it takes is *subtracted* from the peer's w
 peer's favour). Wall clocks start just before ``train()`` / the peer's constructor.
 
 **Hyperparameters.** Ours runs what a default run on the env runs: the env's algorithm
-(``presets/algos.toml``) and its preset (e.g. SAC 96-96 on Pendulum-v1, CrossQ on HalfCheetah-v5 and Hopper-v5),
+(``presets/algos.toml``) and its preset (e.g. SAC 96-96 on Pendulum-v1; CrossQ where algos.toml says, as on HalfCheetah-v5),
 under the shared settings here; ``--set`` wins. The peers: MLPs 256-256 for SAC, gamma 0.99, tau 0.005
 (SAC; ``--peer-tau``), batch 256, 1M replay, ``learning_starts`` (Pendulum 1,000; MuJoCo 10,000 as in
 rl-zoo), UTD 1, automatic entropy tuning from alpha 1 with target -act_dim. Learning rates: ours keeps its defaults for the base env and algorithm
