@@ -106,7 +106,7 @@ ENV_DEFAULTS: dict[str, tuple[float, float, int, float, int, int]] = {
     # and every one before at most 1,904)
     "Walker2d-v5": (1500.0, 2000.0, 10_000, 3e-4, 300_000, 5000),
     # Ant, too, earns 1 a step for staying healthy: a policy that stands scores about 1,000 (our first evaluations,
-    # before any learning, were 985-990); 1,500 is moving forward (BENCHMARKS.md 2026-11-30 night)
+    # before any learning, were 985-991); 1,500 is moving forward (BENCHMARKS.md 2026-11-30 night)
     "Ant-v5": (1500.0, 1500.0, 10_000, 3e-4, 300_000, 5000),
     # sparse: +1 a step at the goal, 300-step episodes; with --her-goals 4 (BENCHMARKS.md, Trainer)
     "gymnasium_robotics:PointMaze_UMaze-v3": (100.0, 150.0, 1000, 3e-4, 30_000, 2500),
