@@ -108,6 +108,11 @@ ENV_DEFAULTS: dict[str, tuple[float, float, int, float, int, int]] = {
     # Ant, too, earns 1 a step for staying healthy: a policy that stands scores about 1,000 (our first evaluations,
     # before any learning, were 985-991); 1,500 is moving forward (BENCHMARKS.md 2026-11-30 night)
     "Ant-v5": (1500.0, 1500.0, 10_000, 3e-4, 300_000, 5000),
+    # Humanoid earns 5 a step while its torso stays up, so a policy that stands the whole 1,000 steps scores about
+    # 5,000, out of reach of a 2-core CPU in 10 minutes; one that falls at once scores 94-172 (our first evaluations,
+    # before any learning). 1,000 is staying up about 200 steps: an early milestone, not walking (BENCHMARKS.md
+    # 2026-12-01: our CrossQ's first evaluations past it were 1,135-1,737, our SAC's best in 600 s 722-782)
+    "Humanoid-v5": (1000.0, 1000.0, 10_000, 3e-4, 300_000, 5000),
     # sparse: +1 a step at the goal, 300-step episodes; with --her-goals 4 (BENCHMARKS.md, Trainer)
     "gymnasium_robotics:PointMaze_UMaze-v3": (100.0, 150.0, 1000, 3e-4, 30_000, 2500),
 }

@@ -181,14 +181,15 @@ def test_ours_runs_what_a_default_run_on_the_base_env_gets() -> None:
                                   eval_every=1000, eval_episodes=10, logdir="runs", env=env)
         return ours_config(args, 2, False)
 
-    for env in ("Pendulum-v1", "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5"):
+    for env in ("Pendulum-v1", "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5"):
         default, _ = lay_presets(TrainConfig(env=env), {"env": "flag"})
         ours = config(env)
         assert ours.env == f"{MODULE}:{RECORDED_ID}" and ours.seed == 2
         assert (ours.algo, ours.hidden_sizes, ours.tau) == (default.algo, default.hidden_sizes, default.tau), env
         assert ours.actor_lr == default.resolve().actor_lr, env
         assert (ours.learning_starts, ours.total_steps) == (123, 20_000), env  # the benchmark's shared settings win
-    assert all(config(env).algo == "crossq" for env in ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5"))
+    crossq_envs = ("HalfCheetah-v5", "Hopper-v5", "Walker2d-v5", "Ant-v5", "Humanoid-v5")
+    assert all(config(env).algo == "crossq" for env in crossq_envs)
     forced = config("HalfCheetah-v5", algo="sac")
     assert (forced.algo, forced.actor_lr) == ("sac", 3e-4)  # --set wins, and the lr is SAC's on the base env
     assert config("Pendulum-v1").tau == 0.02 and config("Pendulum-v1", tau=0.005).tau == 0.005
