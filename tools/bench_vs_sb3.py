@@ -38,8 +38,8 @@ peer's favour). Wall clocks start just before ``train()`` / the peer's construct
 
 **Hyperparameters.** Ours runs what a default run on the env runs: the env's algorithm
 (``presets/algos.toml``) and its preset (e.g. SAC 96-96 on Pendulum-v1; CrossQ where algos.toml says, as on HalfCheetah-v5),
-under the shared settings here; ``--set`` wins. The peers: MLPs 256-256 for SAC, gamma 0.99, tau 0.005
-(SAC; ``--peer-tau``), batch 256, 1M replay, ``learning_starts`` (Pendulum 1,000; MuJoCo 10,000 as in
+under the shared settings here; ``--set`` wins. The peers: MLPs 256-256 for SAC, gamma 0.99 (rl-zoo's 0.9999 on
+Swimmer-v5; ``--peer-gamma``), tau 0.005 (SAC; ``--peer-tau``), batch 256, 1M replay, ``learning_starts`` (Pendulum 1,000; MuJoCo 10,000 as in
 rl-zoo), UTD 1, automatic entropy tuning from alpha 1 with target -act_dim. Learning rates: ours keeps its defaults for the base env and algorithm
 (SAC's actor ``auto``: 1e-3 on Pendulum-v1, 3e-4 elsewhere; critic 1e-3; alpha 1e-3); every peer has
 one rate for all three and gets rl-zoo's tuned SAC value (Pendulum-v1 1e-3, MuJoCo 3e-4; ``--sb3-lr``,
@@ -117,6 +117,10 @@ ENV_DEFAULTS: dict[str, tuple[float, float, int, float, int, int]] = {
     "gymnasium_robotics:PointMaze_UMaze-v3": (100.0, 150.0, 1000, 3e-4, 30_000, 2500),
 }
 FALLBACK_DEFAULTS = (0.0, 0.0, 10_000, 3e-4, 100_000, 10_000)
+# The peers' discount where rl-baselines3-zoo tunes it away from SB3's 0.99 (its sac.yml and td3.yml, Swimmer-v3:
+# 0.9999; a swimmer's forward reward comes hundreds of steps after the strokes that earn it). Ours takes the same
+# from its preset (presets/sac.toml). --peer-gamma overrides it.
+PEER_GAMMA = {"Swimmer-v5": 0.9999}
 # --skip-<flag> leaves these peers out: --skip-sbx means no SBX at all (no algorithm), --skip-sb3 no SB3
 SKIPS = {"sb3": tuple(p.name for p in PEERS.values() if p.module == "stable_baselines3"),
          "sbx": tuple(p.name for p in PEERS.values() if p.module == "sbx"), "sbx-crossq": ("sbx-crossq",)}
@@ -178,6 +182,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--peer-tau", type=float, default=0.005, help="target-network rate of the SAC peers (SB3 "
                         "and SBX; default 0.005, their own default): e.g. the tau of our preset, to see how much of a "
                         "difference in env steps is that setting")
+    parser.add_argument("--peer-gamma", type=float, default=None, help="the discount of every peer (default: "
+                        "rl-baselines3-zoo's for the env, 0.9999 on Swimmer-v5, else SB3's 0.99)")
     parser.add_argument("--crossq-critic-units", type=int, default=0, help="SBX CrossQ's critic as N-N units "
                         "(default 0: SBX's own, 1024-1024; 256 matches SAC's networks)")
     parser.add_argument("--rltools-units", type=int, default=0, help="RLtools' MLPs as N-N units (default 0: its "
@@ -225,6 +231,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.peers = [p for p in dict.fromkeys(args.peers) if p not in skipped]
     if not 0.0 < args.peer_tau <= 1.0:
         raise ConfigError(f"--peer-tau {args.peer_tau}: must be in (0, 1]")
+    args.peer_gamma = PEER_GAMMA.get(args.env, 0.99) if args.peer_gamma is None else args.peer_gamma
+    if not 0.0 < args.peer_gamma <= 1.0:
+        raise ConfigError(f"--peer-gamma {args.peer_gamma}: must be in (0, 1]")
     if args.rltools_units < 0 or args.rltools_batch < 0:
         raise ConfigError("--rltools-units and --rltools-batch must be >= 0 (0: RLtools' own)")
     if args.rltools_native and (args.env != "Pendulum-v1" or "rltools" not in args.peers or args.env_kwargs):

@@ -7,7 +7,7 @@ research notes name as the CPU ceiling for small problems. Run here through that
 recorded env, so that its episodes are recorded exactly as ours and the SB3-API peers' are.
 
 **Settings.** What every peer shares (``peers_runners.shared_kwargs``) where RLtools has it: the peers' learning
-rate (``--sb3-lr``, its one Adam rate), gamma 0.99, ``--peer-tau`` (its polyak 1 - tau for actor and critic),
+rate (``--sb3-lr``, its one Adam rate), ``--peer-gamma``, ``--peer-tau`` (its polyak 1 - tau for actor and critic),
 ``learning_starts`` warm-up steps, entropy tuned from alpha 1 to -act_dim, one update per env step, a replay that
 holds the whole run. Its own defaults where they set the cost: MLPs of 64-64 and batch 100 (``--rltools-units``,
 ``--rltools-batch`` change them). It links MKL where the ``mkl`` and ``mkl-include`` packages are installed (the
@@ -119,7 +119,7 @@ def settings(args: argparse.Namespace) -> dict:
     """RLtools' compile-time settings for this benchmark (see the module docstring)."""
     units = args.rltools_units or DEFAULT_UNITS
     batch = args.rltools_batch or DEFAULT_BATCH
-    return {"STEP_LIMIT": args.total_steps, "N_WARMUP_STEPS": args.learning_starts, "GAMMA": 0.99,
+    return {"STEP_LIMIT": args.total_steps, "N_WARMUP_STEPS": args.learning_starts, "GAMMA": args.peer_gamma,
             "ACTOR_BATCH_SIZE": batch, "CRITIC_BATCH_SIZE": batch, "ACTOR_HIDDEN_DIM": units,
             "CRITIC_HIDDEN_DIM": units, "ACTOR_POLYAK": 1.0 - args.peer_tau, "CRITIC_POLYAK": 1.0 - args.peer_tau,
             "ALPHA": 1.0, "OPTIMIZER_ALPHA": args.sb3_lr}

@@ -11,8 +11,8 @@ the benchmark's scratch folder, which the benchmark removes.
 
 **Settings.** Every peer gets the same shared settings (:func:`shared_kwargs`): the recorded env, the
 peers' learning rate ``--sb3-lr`` (rl-zoo's for the env) for actor, critic and alpha, 1M replay,
-``learning_starts``, batch 256, gamma 0.99, UTD 1 (train_freq 1, gradient_steps 1), the seed. SAC and
-CrossQ add the entropy tuned from alpha 1 to -act_dim. SAC (SB3 and SBX alike) adds tau 0.005 (their
+``learning_starts``, batch 256, gamma ``--peer-gamma`` (0.99 but where rl-zoo tunes it: 0.9999 on Swimmer-v5),
+UTD 1 (train_freq 1, gradient_steps 1), the seed. SAC and CrossQ add the entropy tuned from alpha 1 to -act_dim. SAC (SB3 and SBX alike) adds tau 0.005 (their
 default; ``--peer-tau`` changes it) and MLPs 256-256 (SBX's policy_delay stays its default, 1). TD3 and
 DDPG add the same tau and MLPs, and Gaussian exploration noise of std 0.1 on actions scaled to [-1, 1]
 (rl-baselines3-zoo's; ours, ``--exploration-noise``, defaults to it; SB3's own default is none); TD3 keeps
@@ -188,7 +188,7 @@ def shared_kwargs(args: argparse.Namespace, peer: Peer, seed: int) -> dict:
     # SBX's torch side (its replay buffer) is always on the CPU; JAX picks the networks' device
     device = args.peer_device if peer.framework == "torch" else "cpu"
     return {"learning_rate": args.sb3_lr, "buffer_size": 1_000_000, "learning_starts": args.learning_starts,
-            "batch_size": 256, "gamma": 0.99, "train_freq": 1, "gradient_steps": 1, "seed": seed, "device": device}
+            "batch_size": 256, "gamma": args.peer_gamma, "train_freq": 1, "gradient_steps": 1, "seed": seed, "device": device}
 
 
 def algo_kwargs(args: argparse.Namespace, peer: Peer, act_dim: int) -> dict:

@@ -266,7 +266,8 @@ def test_her_goals_reach_every_side(tmp_path: Path, monkeypatch: pytest.MonkeyPa
         from stable_baselines3 import HerReplayBuffer
 
         monkeypatch.setenv(BASE_ENV_VAR, "TinyReach-v0")
-        args = argparse.Namespace(peer_device="cpu", sb3_lr=3e-4, learning_starts=100, peer_tau=0.005, her_goals=2,
+        args = argparse.Namespace(peer_device="cpu", sb3_lr=3e-4, learning_starts=100, peer_tau=0.005, peer_gamma=0.99,
+                                  her_goals=2,
                                   her_strategy="final")
         model = make_model(args, PEERS["sb3"], 1)
         assert isinstance(model.replay_buffer, HerReplayBuffer) and model.replay_buffer.n_sampled_goal == 2

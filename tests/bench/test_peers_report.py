@@ -22,6 +22,7 @@ if TOOLS not in sys.path:
     sys.path.insert(0, TOOLS)
 
 import bench_vs_sb3
+import peers_rltools
 from peers_record import RunRecord
 from peers_report import report
 from peers_runners import PEERS, algo_kwargs, shared_kwargs
@@ -110,6 +111,18 @@ def test_td3_and_ddpg_peers_explore_with_our_default_noise_and_no_entropy(name: 
 def test_a_peer_tau_out_of_range_is_one_error_line() -> None:
     with pytest.raises(ConfigError, match="--peer-tau 0.0: must be in"):
         bench_vs_sb3.parse_args(["--peer-tau", "0"])
+
+
+def test_every_peer_gets_rl_zoos_gamma_for_the_env_unless_told() -> None:
+    """SB3's 0.99, but rl-zoo's 0.9999 on Swimmer-v5 (as our preset); --peer-gamma wins; out of (0, 1] is refused."""
+    for argv, gamma in ((["--env", "HalfCheetah-v5"], 0.99), (["--env", "Swimmer-v5"], 0.9999),
+                        (["--env", "Swimmer-v5", "--peer-gamma", "0.99"], 0.99)):
+        args = bench_vs_sb3.parse_args([*argv, "--peer-device", "cpu"])
+        assert {shared_kwargs(args, PEERS[p], 1)["gamma"] for p in PEERS} == {gamma}, argv
+        assert peers_rltools.settings(args)["GAMMA"] == gamma, argv
+    for bad in ("0", "1.5"):
+        with pytest.raises(ConfigError, match=f"--peer-gamma {float(bad)}: must be in"):
+            bench_vs_sb3.parse_args(["--peer-gamma", bad])
 
 
 @pytest.mark.skipif(importlib.util.find_spec("sbx") is None or importlib.util.find_spec("stable_baselines3") is None,
