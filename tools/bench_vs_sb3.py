@@ -124,7 +124,8 @@ ENV_DEFAULTS: dict[str, tuple[float, float, int, float, int, int]] = {
 FALLBACK_DEFAULTS = (0.0, 0.0, 10_000, 3e-4, 100_000, 10_000)
 # The peers' discount where rl-baselines3-zoo tunes it away from SB3's 0.99 (its sac.yml and td3.yml, Swimmer-v3:
 # 0.9999; a swimmer's forward reward comes hundreds of steps after the strokes that earn it). Ours takes the same
-# from its preset (presets/sac.toml). --peer-gamma overrides it.
+# from its preset (presets/sac.toml, td3.toml). One value for every peer, as the other shared settings: SBX CrossQ
+# gets 0.9999 too, where rl-zoo's crossq.yml (and our crossq.toml) say 0.999. --peer-gamma overrides it.
 PEER_GAMMA = {"Swimmer-v5": 0.9999}
 # --skip-<flag> leaves these peers out: --skip-sbx means no SBX at all (no algorithm), --skip-sb3 no SB3
 SKIPS = {"sb3": tuple(p.name for p in PEERS.values() if p.module == "stable_baselines3"),
@@ -305,7 +306,7 @@ def main(argv: list[str] | None = None) -> dict:
         made_with = f" (--env-kwargs {json.dumps(args.env_kwargs)})" if args.env_kwargs else ""
         print(f"{args.env}{made_with}: {args.total_steps} env steps, learning_starts {args.learning_starts}, "
               f"eval every {args.eval_every} x {args.eval_episodes} episodes, peers' lr {args.sb3_lr:g}, "
-              f"seeds {args.seeds}")
+              f"gamma {args.peer_gamma:g}, tau {args.peer_tau:g}, seeds {args.seeds}")
         for serial, device in ours_devices.items():
             print(f"  ours-{'serial' if serial else 'parallel'} on {device}")
         for peer, device in peer_devices.items():

@@ -61,7 +61,7 @@ def test_the_values_that_were_code_before_presets():
     assert cheetah["actor_lr"] == (3e-4, "preset:sac.toml#default")
 
 
-MUJOCO_BUDGET_ENVS = ("HalfCheetah-v5", "Ant-v5", "Hopper-v5", "Walker2d-v5", "Humanoid-v5")
+MUJOCO_BUDGET_ENVS = ("HalfCheetah-v5", "Ant-v5", "Hopper-v5", "Walker2d-v5", "Humanoid-v5", "Swimmer-v5")
 
 
 @pytest.mark.parametrize("algo", [a for a in ALGOS if a != "sac"])
@@ -74,6 +74,13 @@ def test_every_algorithm_gets_sacs_mujoco_budget(algo):
             assert other.lookup(env).get(key) == (sac.lookup(env)[key][0], f"preset:{algo}.toml#{env}"), (env, key)
     default_run, sources = lay_presets(TrainConfig(env="Hopper-v5", algo=algo), {"env": "flag", "algo": "flag"})
     assert (default_run.total_steps, sources["total_steps"]) == (1_000_000, f"preset:{algo}.toml#Hopper-v5")
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_every_algorithm_discounts_swimmer_as_rl_zoo_does(algo):
+    # at the built-in 0.99 a swimmer's reward for strokes hundreds of steps back vanishes (rl-zoo: 0.9999; CrossQ 0.999)
+    run, sources = lay_presets(TrainConfig(env="Swimmer-v5", algo=algo), {"env": "flag", "algo": "flag"})
+    assert (run.gamma, sources["gamma"]) == (0.999 if algo == "crossq" else 0.9999, f"preset:{algo}.toml#Swimmer-v5")
 
 
 def test_an_env_table_overlays_the_default_and_module_ids_count_by_their_env_id(tmp_path):
