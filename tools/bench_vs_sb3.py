@@ -85,7 +85,7 @@ if TOOLS_DIR not in sys.path:  # the peers_* modules beside this file; our spawn
 from peers_ours import ours_config, ours_device, run_ours
 from peers_record import BASE_ENV_KWARGS_VAR, BASE_ENV_VAR, RunRecord
 from peers_report import REPORT_SETTINGS, load_results, report, results_json, settings_of
-from peers_runners import DEFAULT_PEERS, PEERS, run_peer, run_peer_child
+from peers_runners import DEFAULT_PEERS, PEERS, peer_gamma, run_peer, run_peer_child
 
 from spreeze_like.autotune.hardware import cpu_model, driver_gpu_models, usable_cores
 from spreeze_like.config_fields import json_object
@@ -116,17 +116,13 @@ ENV_DEFAULTS: dict[str, tuple[float, float, int, float, int, int]] = {
     # Swimmer's reward is its forward speed: a still or wriggling swimmer scores 3-55; rl-zoo's tuned SAC ends at about
     # 345 after 1M steps. Our SAC's evaluations jumped from at most 106 to 216-290 within four evaluations, at
     # 70,000-100,000 env steps (BENCHMARKS.md 2026-12-01 morning, seed 1): 250 is swimming, 200 its training return
-    # with exploration noise. The peers get rl-zoo's gamma 0.9999 there (PEER_GAMMA)
+    # with exploration noise. The peers get rl-zoo's gamma there
+    # (peers_runners.PEER_GAMMA: 0.9999, CrossQ 0.999)
     "Swimmer-v5": (200.0, 250.0, 10_000, 3e-4, 300_000, 5000),
     # sparse: +1 a step at the goal, 300-step episodes; with --her-goals 4 (BENCHMARKS.md, Trainer)
     "gymnasium_robotics:PointMaze_UMaze-v3": (100.0, 150.0, 1000, 3e-4, 30_000, 2500),
 }
 FALLBACK_DEFAULTS = (0.0, 0.0, 10_000, 3e-4, 100_000, 10_000)
-# The peers' discount where rl-baselines3-zoo tunes it away from SB3's 0.99 (its sac.yml and td3.yml, Swimmer-v3:
-# 0.9999; a swimmer's forward reward comes hundreds of steps after the strokes that earn it). Ours takes the same
-# from its preset (presets/sac.toml, td3.toml). One value for every peer, as the other shared settings: SBX CrossQ
-# gets 0.9999 too, where rl-zoo's crossq.yml (and our crossq.toml) say 0.999. --peer-gamma overrides it.
-PEER_GAMMA = {"Swimmer-v5": 0.9999}
 # --skip-<flag> leaves these peers out: --skip-sbx means no SBX at all (no algorithm), --skip-sb3 no SB3
 SKIPS = {"sb3": tuple(p.name for p in PEERS.values() if p.module == "stable_baselines3"),
          "sbx": tuple(p.name for p in PEERS.values() if p.module == "sbx"), "sbx-crossq": ("sbx-crossq",)}
@@ -189,7 +185,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         "and SBX; default 0.005, their own default): e.g. the tau of our preset, to see how much of a "
                         "difference in env steps is that setting")
     parser.add_argument("--peer-gamma", type=float, default=None, help="the discount of every peer (default: "
-                        "rl-baselines3-zoo's for the env, 0.9999 on Swimmer-v5, else SB3's 0.99)")
+                        "rl-baselines3-zoo's for the env and the peer's algorithm, on Swimmer-v5 0.9999 and CrossQ's 0.999, "
+                        "else SB3's 0.99)")
     parser.add_argument("--crossq-critic-units", type=int, default=0, help="SBX CrossQ's critic as N-N units "
                         "(default 0: SBX's own, 1024-1024; 256 matches SAC's networks)")
     parser.add_argument("--rltools-units", type=int, default=0, help="RLtools' MLPs as N-N units (default 0: its "
@@ -237,8 +234,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.peers = [p for p in dict.fromkeys(args.peers) if p not in skipped]
     if not 0.0 < args.peer_tau <= 1.0:
         raise ConfigError(f"--peer-tau {args.peer_tau}: must be in (0, 1]")
-    args.peer_gamma = PEER_GAMMA.get(args.env, 0.99) if args.peer_gamma is None else args.peer_gamma
-    if not 0.0 < args.peer_gamma <= 1.0:
+    if args.peer_gamma is not None and not 0.0 < args.peer_gamma <= 1.0:
         raise ConfigError(f"--peer-gamma {args.peer_gamma}: must be in (0, 1]")
     if args.rltools_units < 0 or args.rltools_batch < 0:
         raise ConfigError("--rltools-units and --rltools-batch must be >= 0 (0: RLtools' own)")
@@ -306,11 +302,11 @@ def main(argv: list[str] | None = None) -> dict:
         made_with = f" (--env-kwargs {json.dumps(args.env_kwargs)})" if args.env_kwargs else ""
         print(f"{args.env}{made_with}: {args.total_steps} env steps, learning_starts {args.learning_starts}, "
               f"eval every {args.eval_every} x {args.eval_episodes} episodes, peers' lr {args.sb3_lr:g}, "
-              f"gamma {args.peer_gamma:g}, tau {args.peer_tau:g}, seeds {args.seeds}")
+              f"tau {args.peer_tau:g}, seeds {args.seeds}")
         for serial, device in ours_devices.items():
             print(f"  ours-{'serial' if serial else 'parallel'} on {device}")
         for peer, device in peer_devices.items():
-            print(f"  {peer} on {device}", flush=True)
+            print(f"  {peer} on {device}, gamma {peer_gamma(args, PEERS[peer].algo):g}", flush=True)
         def done(record: RunRecord, seed: int) -> None:
             records.append(record)
             print(f"  done {record.name} seed {seed}: {record.wall_s:.1f} s, load {load_line()}", flush=True)

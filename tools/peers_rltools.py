@@ -51,6 +51,7 @@ from typing import TYPE_CHECKING
 import gymnasium as gym
 import numpy as np
 from peers_record import RECORDED_ID, RunRecord
+from peers_runners import peer_gamma
 
 from spreeze_like.errors import ConfigError
 from spreeze_like.seeding import env_seed
@@ -119,7 +120,7 @@ def settings(args: argparse.Namespace) -> dict:
     """RLtools' compile-time settings for this benchmark (see the module docstring)."""
     units = args.rltools_units or DEFAULT_UNITS
     batch = args.rltools_batch or DEFAULT_BATCH
-    return {"STEP_LIMIT": args.total_steps, "N_WARMUP_STEPS": args.learning_starts, "GAMMA": args.peer_gamma,
+    return {"STEP_LIMIT": args.total_steps, "N_WARMUP_STEPS": args.learning_starts, "GAMMA": peer_gamma(args, "sac"),
             "ACTOR_BATCH_SIZE": batch, "CRITIC_BATCH_SIZE": batch, "ACTOR_HIDDEN_DIM": units,
             "CRITIC_HIDDEN_DIM": units, "ACTOR_POLYAK": 1.0 - args.peer_tau, "CRITIC_POLYAK": 1.0 - args.peer_tau,
             "ALPHA": 1.0, "OPTIMIZER_ALPHA": args.sb3_lr}

@@ -89,6 +89,12 @@ PEERS = {peer.name: peer for peer in PEER_LIST}
 # RLtools only when named (it compiles C++ and has its own settings), and the TD3 / DDPG peers, which go with
 # ``--set algo='"td3"'`` (or ddpg) on our side
 DEFAULT_PEERS = ("sb3", "sbx", "sbx-crossq")
+# The peers' discount where rl-baselines3-zoo tunes it away from SB3's 0.99, per algorithm (Swimmer-v3 in its sac.yml
+# and td3.yml: 0.9999, a swimmer's forward reward comes hundreds of steps after the strokes that earn it; in its
+# crossq.yml: 0.999). Ours takes the same from its presets (presets/sac.toml, td3.toml, ddpg.toml, crossq.toml).
+# ``--peer-gamma`` gives every peer one value instead.
+PEER_GAMMA = {"Swimmer-v5": {"sac": 0.9999, "td3": 0.9999, "ddpg": 0.9999, "crossq": 0.999}}
+SB3_GAMMA = 0.99
 CHILD_CODE = "import sys, peers_runners; sys.exit(peers_runners.peer_child(sys.argv[1]))"
 
 
@@ -183,12 +189,19 @@ def peer_device(peer: Peer, requested: str) -> str:
     return f"jax {backend} ({first.device_kind})"
 
 
+def peer_gamma(args: argparse.Namespace, algo: str) -> float:
+    """The discount of a peer running ``algo``: ``--peer-gamma`` if given, else rl-zoo's for the env (PEER_GAMMA)."""
+    if args.peer_gamma is not None:
+        return args.peer_gamma
+    return PEER_GAMMA.get(args.env, {}).get(algo, SB3_GAMMA)
+
+
 def shared_kwargs(args: argparse.Namespace, peer: Peer, seed: int) -> dict:
     """The constructor arguments every peer gets alike (SB3 and SBX, every algorithm)."""
     # SBX's torch side (its replay buffer) is always on the CPU; JAX picks the networks' device
     device = args.peer_device if peer.framework == "torch" else "cpu"
     return {"learning_rate": args.sb3_lr, "buffer_size": 1_000_000, "learning_starts": args.learning_starts,
-            "batch_size": 256, "gamma": args.peer_gamma, "train_freq": 1, "gradient_steps": 1, "seed": seed, "device": device}
+            "batch_size": 256, "gamma": peer_gamma(args, peer.algo), "train_freq": 1, "gradient_steps": 1, "seed": seed, "device": device}
 
 
 def algo_kwargs(args: argparse.Namespace, peer: Peer, act_dim: int) -> dict:

@@ -113,13 +113,15 @@ def test_a_peer_tau_out_of_range_is_one_error_line() -> None:
         bench_vs_sb3.parse_args(["--peer-tau", "0"])
 
 
-def test_every_peer_gets_rl_zoos_gamma_for_the_env_unless_told() -> None:
-    """SB3's 0.99, but rl-zoo's 0.9999 on Swimmer-v5 (as our preset); --peer-gamma wins; out of (0, 1] is refused."""
-    for argv, gamma in ((["--env", "HalfCheetah-v5"], 0.99), (["--env", "Swimmer-v5"], 0.9999),
-                        (["--env", "Swimmer-v5", "--peer-gamma", "0.99"], 0.99)):
+def test_every_peer_gets_rl_zoos_gamma_for_the_env_and_algorithm_unless_told() -> None:
+    """SB3's 0.99, but rl-zoo's on Swimmer-v5 (as our presets): 0.9999 for SAC, TD3 and DDPG, 0.999 for CrossQ;
+    --peer-gamma gives every peer its value; out of (0, 1] is refused."""
+    swimmer = {p: 0.999 if PEERS[p].algo == "crossq" else 0.9999 for p in PEERS}
+    for argv, gammas in ((["--env", "HalfCheetah-v5"], dict.fromkeys(PEERS, 0.99)), (["--env", "Swimmer-v5"], swimmer),
+                         (["--env", "Swimmer-v5", "--peer-gamma", "0.99"], dict.fromkeys(PEERS, 0.99))):
         args = bench_vs_sb3.parse_args([*argv, "--peer-device", "cpu"])
-        assert {shared_kwargs(args, PEERS[p], 1)["gamma"] for p in PEERS} == {gamma}, argv
-        assert peers_rltools.settings(args)["GAMMA"] == gamma, argv
+        assert {p: shared_kwargs(args, PEERS[p], 1)["gamma"] for p in PEERS} == gammas, argv
+        assert peers_rltools.settings(args)["GAMMA"] == gammas["rltools"], argv
     for bad in ("0", "1.5"):
         with pytest.raises(ConfigError, match=f"--peer-gamma {float(bad)}: must be in"):
             bench_vs_sb3.parse_args(["--peer-gamma", bad])
