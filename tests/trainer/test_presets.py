@@ -178,7 +178,7 @@ def test_default_algorithm_per_env_and_the_flag_wins():
     assert presets_module.default_algo("Walker2d-v5") == ("crossq", "preset:algos.toml#Walker2d-v5")
     assert presets_module.default_algo("Ant-v5") == ("crossq", "preset:algos.toml#Ant-v5")
     assert presets_module.default_algo("Humanoid-v5") == ("crossq", "preset:algos.toml#Humanoid-v5")
-    assert presets_module.default_algo("Swimmer-v5") == ("sac", "preset:algos.toml#default")  # not measured
+    assert presets_module.default_algo("Swimmer-v5") == ("crossq", "preset:algos.toml#Swimmer-v5")
     hopper, hopper_sources = lay_presets(dataclasses.replace(TrainConfig(), env="Hopper-v5"), {"env": "flag"})
     assert (hopper.algo, hopper.learning_starts) == ("crossq", 10_000)
     assert hopper_sources["learning_starts"] == "preset:crossq.toml#Hopper-v5"  # CrossQ's table for the env applies
