@@ -116,8 +116,7 @@ ENV_DEFAULTS: dict[str, tuple[float, float, int, float, int, int]] = {
     # Swimmer's reward is its forward speed: a still or wriggling swimmer scores 3-55; rl-zoo's tuned SAC ends at about
     # 345 after 1M steps. Our SAC's evaluations jumped from at most 106 to 216-290 within four evaluations, at
     # 70,000-100,000 env steps (BENCHMARKS.md 2026-12-01 morning, seed 1): 250 is swimming, 200 its training return
-    # with exploration noise. The peers get rl-zoo's gamma there
-    # (peers_runners.PEER_GAMMA: 0.9999, CrossQ 0.999)
+    # with exploration noise. The peers get rl-zoo's gamma there (peers_runners.PEER_GAMMA: 0.9999, CrossQ 0.999)
     "Swimmer-v5": (200.0, 250.0, 10_000, 3e-4, 300_000, 5000),
     # sparse: +1 a step at the goal, 300-step episodes; with --her-goals 4 (BENCHMARKS.md, Trainer)
     "gymnasium_robotics:PointMaze_UMaze-v3": (100.0, 150.0, 1000, 3e-4, 30_000, 2500),
