@@ -91,7 +91,9 @@ PEERS = {peer.name: peer for peer in PEER_LIST}
 DEFAULT_PEERS = ("sb3", "sbx", "sbx-crossq")
 # The peers' discount where rl-baselines3-zoo tunes it away from SB3's 0.99, per algorithm (Swimmer-v3 in its sac.yml
 # and td3.yml: 0.9999, a swimmer's forward reward comes hundreds of steps after the strokes that earn it; in its
-# crossq.yml: 0.999). Ours takes the same from its presets (presets/sac.toml, td3.toml, ddpg.toml, crossq.toml).
+# crossq.yml: 0.999). Ours takes the same from its presets (presets/sac.toml, td3.toml, ddpg.toml, crossq.toml),
+# yet this table is not read from them on purpose: it says what the peers' own tuned configuration is, so a change
+# of our presets (a measured gamma of our own) must not change the settings we compare against.
 # ``--peer-gamma`` gives every peer one value instead.
 PEER_GAMMA = {"Swimmer-v5": {"sac": 0.9999, "td3": 0.9999, "ddpg": 0.9999, "crossq": 0.999}}
 SB3_GAMMA = 0.99
