@@ -23,12 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 7  # 2: curves record their precision; 3: env rates hold the multi-process sampler curve (parallel);
+SCHEMA_VERSION = 6  # 2: curves record their precision; 3: env rates hold the multi-process sampler curve (parallel);
 # 4: a bf16 curve times each batch in the arithmetic the size rule gives it (fp32 below devices.BF16_MIN_WORK);
 # 5: CPU fp32 updates are timed with the explicit step (algos/explicit_grad.py) a run now takes, and a bf16 curve
 # of SAC, TD3 or DDPG times batches under devices.BF16_MIN_WORK_EXPLICIT in fp32; 6: CrossQ's CPU fp32 updates are
-# timed with its explicit step too (algos/explicit_renorm.py); 7: the CPU's 1-thread and all-core curves are
-# measured in turn at each batch size (update_probe.probe_paired_updates), not one after the other.
+# timed with its explicit step too (algos/explicit_renorm.py).
 # Bump when a field changes meaning or a probe is added; older cached files are then re-probed.
 
 

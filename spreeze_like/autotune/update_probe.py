@@ -134,91 +134,52 @@ def probe_updates(
         max_batch: largest batch size to try.
         memory_total: device memory in bytes (CUDA), for the projected-peak stop.
     """
-    return probe_paired_updates(spec, device, [threads], [budget_s], progress, max_batch, memory_total)[0]
-
-
-def probe_paired_updates(
-    spec: AlgoSpec,
-    device: str,
-    thread_counts: list[int],
-    budgets_s: list[float],
-    progress: Callable[[str], None],
-    max_batch: int = MAX_BATCH,
-    memory_total: int = 0,
-) -> list[UpdateCurve]:
-    """One update curve per entry of ``thread_counts`` (each within its budget), measured in turn at each size.
-
-    Why in turn: the planner reads a thread gain (and so serial against parallel mode) from the ratio of two
-    curves. Measured one after the other, minutes apart, a shared machine's drift between them reads as a
-    gain or a loss (2026-12-02, a 2-vCPU EPYC: two probes minutes apart measured 2 threads at 1.09-1.14x and
-    1.25-1.50x one thread; BENCHMARKS.md, Autotune); at each batch size its points now come seconds apart.
-    A curve's budget counts its own points only (the replay fill is charged to the first).
-    """
     import torch
 
     from spreeze_like.cpu_math import flushed_subnormals
 
-    curves = [UpdateCurve(device=device, threads=t, precision=spec.precision) for t in thread_counts]
-    spent = [0.0] * len(curves)
-    stopped = [False] * len(curves)
-    t_fill = time.perf_counter()
+    torch.set_num_threads(threads)
+    curve = UpdateCurve(device=device, threads=threads, precision=spec.precision)
+    t_start = time.perf_counter()
     replay = _filled_replay(spec, max(max_batch, MIN_BATCH))
-    spent[0] = time.perf_counter() - t_fill
     sizes = []
     b = MIN_BATCH
     while b <= max_batch:
         sizes.append(b)
         b *= 2
     for i, batch_size in enumerate(sizes):
-        for k, curve in enumerate(curves):
-            if stopped[k]:
-                continue
-            left = budgets_s[k] - spent[k]
-            reason = _stop_reason(curve, batch_size, left, device, memory_total)
-            if reason:
-                curve.stop_reason, stopped[k] = reason, True
-                continue
-            # an even share of what is left, but never less than the minimum repetitions need at this size
-            point_budget = max(left, 0.0) / (len(sizes) - i)
-            if curve.points:
-                point_budget = min(max(point_budget, 2.0 * _point_cost_s(curve.points[-1])), max(left, 0.0))
-            torch.set_num_threads(curve.threads)
-            t0 = time.perf_counter()
-            try:
-                with flushed_subnormals():  # as the learners run; the caller's thread as it was after (cpu_math.py)
-                    point = _measure_point(at_batch(spec, batch_size), device, batch_size, point_budget, replay)
-            except torch.cuda.OutOfMemoryError:
-                torch.cuda.empty_cache()
-                curve.stop_reason, stopped[k] = f"memory: out of memory on {device} at batch {batch_size}", True
-                continue
-            finally:
-                spent[k] += time.perf_counter() - t0
-            prev = curve.points[-1] if curve.points else None
-            curve.points.append(point)
-            threads = curve.threads
-            mem = f", peak {point.peak_memory / 2**20:,.0f} MiB" if point.peak_memory else ""
-            progress(f"updates on {device} ({threads} thread{'s' if threads > 1 else ''}, {point.precision}) batch "
-                     f"{batch_size}: critic {point.critic.text(digits=1)}, actor {point.actor.text(digits=1)}, "
-                     f"{point.critic_frames:,.0f} critic frames/s{mem}")
-            if prev is not None and batch_size > FLAT_FROM and point.critic_frames < FLAT_GAIN * prev.critic_frames:
-                curve.stop_reason, stopped[k] = (f"flat curve: critic frames/s grew "
-                                                 f"{point.critic_frames / prev.critic_frames - 1:+.0%} from batch "
-                                                 f"{prev.batch_size} to {batch_size}"), True
-    for k, curve in enumerate(curves):
-        if not stopped[k]:
-            curve.stop_reason = f"size cap: reached batch {sizes[-1]}"
-    return curves
+        left = budget_s - (time.perf_counter() - t_start)
+        prev = curve.points[-1] if curve.points else None
+        if prev is not None:
+            # the next size costs about twice the last one per update
+            if 2.0 * _point_cost_s(prev) > left:
+                curve.stop_reason = f"time budget: batch {batch_size} would not fit in the {max(left, 0):.1f} s left"
+                break
+            if memory_total and prev.peak_memory and 2 * prev.peak_memory > MEMORY_FRACTION * memory_total:
+                curve.stop_reason = (f"memory: batch {batch_size} would need about {2 * prev.peak_memory / 2**30:.1f} GiB "
+                                     f"of the {memory_total / 2**30:.1f} GiB on {device}")
+                break
+        # an even share of what is left, but never less than the minimum repetitions need at this size
+        point_budget = max(left, 0.0) / (len(sizes) - i)
+        if prev is not None:
+            point_budget = min(max(point_budget, 2.0 * _point_cost_s(prev)), max(left, 0.0))
+        try:
+            with flushed_subnormals():  # as the learners run; the caller's thread as it was after (cpu_math.py)
+                point = _measure_point(at_batch(spec, batch_size), device, batch_size, point_budget, replay)
+        except torch.cuda.OutOfMemoryError:
+            torch.cuda.empty_cache()
+            curve.stop_reason = f"memory: out of memory on {device} at batch {batch_size}"
+            break
+        curve.points.append(point)
+        mem = f", peak {point.peak_memory / 2**20:,.0f} MiB" if point.peak_memory else ""
+        progress(f"updates on {device} ({threads} thread{'s' if threads > 1 else ''}, {point.precision}) batch {batch_size}: "
+                 f"critic {point.critic.text(digits=1)}, actor {point.actor.text(digits=1)}, "
+                 f"{point.critic_frames:,.0f} critic frames/s{mem}")
+        if prev is not None and batch_size > FLAT_FROM and point.critic_frames < FLAT_GAIN * prev.critic_frames:
+            curve.stop_reason = (f"flat curve: critic frames/s grew {point.critic_frames / prev.critic_frames - 1:+.0%} "
+                                 f"from batch {prev.batch_size} to {batch_size}")
+            break
+    else:
+        curve.stop_reason = f"size cap: reached batch {sizes[-1]}"
+    return curve
 
-
-def _stop_reason(curve: UpdateCurve, batch_size: int, left: float, device: str, memory_total: int) -> str:
-    """Why ``curve`` stops before ``batch_size`` (time budget or projected memory), or "" to measure it."""
-    prev = curve.points[-1] if curve.points else None
-    if prev is None:
-        return ""
-    # the next size costs about twice the last one per update
-    if 2.0 * _point_cost_s(prev) > left:
-        return f"time budget: batch {batch_size} would not fit in the {max(left, 0):.1f} s left"
-    if memory_total and prev.peak_memory and 2 * prev.peak_memory > MEMORY_FRACTION * memory_total:
-        return (f"memory: batch {batch_size} would need about {2 * prev.peak_memory / 2**30:.1f} GiB "
-                f"of the {memory_total / 2**30:.1f} GiB on {device}")
-    return ""

@@ -39,20 +39,6 @@ class CurveJob:
     precision: str = "fp32"  # what a run's ``--precision auto`` resolves to on this device
 
 
-def _paired(jobs: list[CurveJob]) -> list[list[CurveJob]]:
-    """The jobs in order, those of one device at several thread counts (the CPU's 1-thread and all-core curves)
-    together: they are measured in turn at each batch size (``update_probe.probe_paired_updates``)."""
-    groups: list[list[CurveJob]] = []
-    for job in jobs:
-        same = next((g for g in groups if (g[0].device, g[0].precision, g[0].max_batch, g[0].memory_total)
-                     == (job.device, job.precision, job.max_batch, job.memory_total)), None)
-        if same is None:
-            groups.append([job])
-        else:
-            same.append(job)
-    return groups
-
-
 class ProbeWorkerError(RuntimeError):
     """The worker process failed (its traceback is the message)."""
 
@@ -65,7 +51,7 @@ def _worker_main(parent_pid: int, out: Any, env_id: str, spec_fields: dict[str, 
     try:
         from spreeze_like.algos.base import AlgoSpec
         from spreeze_like.autotune.env_probe import probe_env
-        from spreeze_like.autotune.update_probe import probe_paired_updates
+        from spreeze_like.autotune.update_probe import probe_updates
 
         def progress(line: str) -> None:
             out.put(("progress", line))
@@ -73,13 +59,10 @@ def _worker_main(parent_pid: int, out: Any, env_id: str, spec_fields: dict[str, 
         spec = AlgoSpec(**spec_fields)
         env = probe_env(env_id, spec, env_budget_s, progress, env_kwargs=env_kwargs)
         out.put(("env", dataclasses.asdict(env)))
-        for group in _paired(jobs):
-            first = group[0]
-            curves = probe_paired_updates(dataclasses.replace(spec, precision=first.precision), first.device,
-                                          [j.threads for j in group], [j.budget_s for j in group], progress,
-                                          first.max_batch, first.memory_total)
-            for curve in curves:
-                out.put(("curve", dataclasses.asdict(curve)))
+        for job in jobs:
+            curve = probe_updates(dataclasses.replace(spec, precision=job.precision), job.device, job.threads, job.budget_s, progress, job.max_batch,
+                                  job.memory_total)
+            out.put(("curve", dataclasses.asdict(curve)))
     except BaseException:  # noqa: BLE001 - everything goes back to the parent, which decides
         out.put(("error", traceback.format_exc()))
     finally:

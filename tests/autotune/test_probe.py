@@ -80,8 +80,6 @@ import sys, json
 from spreeze_like.autotune.probe import probe_machine
 r = probe_machine("Pendulum-v1", budget_s=1.0, devices=["cpu"], progress=lambda s: None)
 assert r.curve("cpu", 1).points and r.env.per_sampler
-cores = r.hardware.usable_cores
-assert cores == 1 or r.curve("cpu", cores).points  # the all-core curve, measured in turn with the 1-thread one
 assert r.env.parallel and all(rate.value > 0 for by_k in r.env.parallel.values() for rate in by_k.values()), r.env
 print(json.dumps({"gpus": len(r.hardware.gpus), "note": r.hardware.gpu_note, "torch_in_caller": "torch" in sys.modules,
                   "cores": r.hardware.usable_cores}))
@@ -234,26 +232,3 @@ def test_a_bf16_curve_times_each_batch_in_the_arithmetic_a_run_gives_it():
     assert at_batch(dataclasses.replace(spec, precision="fp32"), 4096).precision == "fp32"
     curve = probe_updates(spec, "cpu", 1, budget_s=1.5, progress=lambda line: None, max_batch=256)
     assert curve.precision == "bf16" and [(p.batch_size, p.precision) for p in curve.points] == [(256, "fp32")]
-
-
-def test_the_cpu_curves_at_two_thread_counts_are_measured_in_turn_at_each_batch_size():
-    """The planner reads a thread gain from the ratio of the 1-thread and all-core curves: each ratio must compare
-    points measured seconds apart, not two curves measured minutes apart on a machine whose speed drifts."""
-    from spreeze_like.algos.spec import AlgoSpec
-    from spreeze_like.autotune.update_probe import probe_paired_updates
-    from spreeze_like.autotune.worker import CurveJob, _paired
-
-    spec = AlgoSpec(algo="sac", obs_dim=3, act_dim=1, hidden_sizes=(16, 16), precision="fp32")
-    lines: list[str] = []
-    one, two = probe_paired_updates(spec, "cpu", [1, 2], [3.0, 3.0], lines.append, max_batch=512)
-    order = [(ln.split("(")[1].split(" thread")[0], ln.split("batch ")[1].split(":")[0]) for ln in lines]
-    assert order == [("1", "256"), ("2", "256"), ("1", "512"), ("2", "512")], lines
-    assert (one.threads, two.threads) == (1, 2)
-    assert [p.batch_size for p in one.points] == [p.batch_size for p in two.points] == [256, 512]
-    assert one.stop_reason.startswith("size cap") and two.stop_reason.startswith("size cap")
-
-    # the worker pairs the jobs of one device and arithmetic, and keeps the order of the rest
-    cpu1, cpu2 = CurveJob("cpu", 1, 1.0, 512), CurveJob("cpu", 2, 0.5, 512)
-    gpu = CurveJob("cuda:0", 1, 2.0, 65536, 80 << 30, "bf16")
-    assert _paired([cpu1, gpu, cpu2]) == [[cpu1, cpu2], [gpu]]
-    assert _paired([gpu]) == [[gpu]]
