@@ -8,6 +8,7 @@ import json
 
 import pytest
 
+from spreeze_like.autotune import plan as plan_module
 from spreeze_like.autotune.apply import apply_plan, explicit_fields
 from spreeze_like.autotune.layout import SUPPLY_HEADROOM, max_samplers
 from spreeze_like.autotune.plan import BATCH_CAP, GPU_MEMORY_FRACTION, PROCESS_BYTES, make_plan, replay_row_bytes
@@ -70,6 +71,22 @@ def test_the_mode_with_the_higher_expected_rate_wins():
     plan, _ = plan_for(REAL, probes=probes)
     assert plan.value("serial") is True and plan.value("torch_threads") == 2
     assert "in one process vs" in plan.choices["serial"].reason
+
+
+def test_a_serial_gain_inside_the_margin_keeps_the_parallel_mode(monkeypatch):
+    probes = load(REAL)
+    for m in probes.curve("cpu", 2).points:  # 2 threads 2.2x one: serial expected a little ahead of parallel
+        m.critic.value = 2.2 * probes.curve("cpu", 1).point(m.batch_size).critic.value
+        m.actor.value = 2.2 * probes.curve("cpu", 1).point(m.batch_size).actor.value
+    plan, _ = plan_for(REAL, probes=probes)
+    reason = plan.choices["serial"].reason
+    assert plan.value("serial") is False and f"under the {plan_module.SERIAL_MIN_GAIN}x it must show" in reason
+    gain = float(reason.split("one process's ")[1].split("x")[0])
+    assert 1.0 < gain < plan_module.SERIAL_MIN_GAIN
+    # the margin is what decided: without it the same probes plan serial
+    monkeypatch.setattr(plan_module, "SERIAL_MIN_GAIN", 1.0)
+    plan, _ = plan_for(REAL, probes=probes)
+    assert plan.value("serial") is True and "in one process vs" in plan.choices["serial"].reason
 
 
 def test_a_sampler_that_must_run_flat_out_counts_as_busy():
