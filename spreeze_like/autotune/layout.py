@@ -61,11 +61,22 @@ def allowed_points(curve: UpdateCurve, memory_total: int) -> list[UpdatePoint]:
     return sorted(points, key=lambda p: p.batch_size)
 
 
-def knee_batch(points: list[UpdatePoint], serial: bool) -> tuple[UpdatePoint, str]:
-    """Double while a doubling gives >= DOUBLING_GAIN x the frames/s; returns the point and the evidence."""
+def knee_batch(points: list[UpdatePoint], serial: bool, cpu: bool = False) -> tuple[UpdatePoint, str]:
+    """Double while a doubling gives >= DOUBLING_GAIN x the frames/s; returns the point and the evidence.
+
+    ``cpu``: the learner is on the CPU, where the knee is the smallest measured batch (SAC's 256). At the same
+    replay ratio a larger batch there means proportionally fewer gradient steps, and every CPU grid so far
+    (HalfCheetah-v5, 2-core machines, 2026-11-21 to 2026-12-02, BENCHMARKS.md "Autotune") learned less in the
+    wall time with it: batch 512 at UTD 0.5 made 75% of 256's progress (median of 3 rounds), 1024 at 0.25 26-57%.
+    The probes' 256 -> 512 gains there (1.16-1.55x the frames/s) straddle DOUBLING_GAIN, and the runs' own gain
+    was 0.96-1.31x (median 1.18x): a knee read from the probe followed its noise.
+    """
     def frames(p: UpdatePoint) -> float:
         return p.batch_size * (p.serial_rate if serial else p.critic.value)
 
+    if cpu:
+        return points[0], (f"learners on the CPU keep batch {points[0].batch_size}: at the same replay ratio a larger "
+                           "batch makes fewer gradient steps, and learned less in the wall time in every CPU grid")
     chosen = points[0]
     for nxt in points[1:]:
         if nxt.batch_size != 2 * chosen.batch_size or frames(nxt) < DOUBLING_GAIN * frames(chosen):
@@ -135,7 +146,7 @@ def plan_layout(ctx: Ctx, serial: bool) -> Layout:
     # 3. batch size and UTD: the knee bounds the batch, the replay-ratio rule picks within
     memory_total = gpus[dev].total_memory if dev in gpus else 0
     points = allowed_points(curve, memory_total) or curve.points[:1]
-    knee, evidence = knee_batch(points, serial)
+    knee, evidence = knee_batch(points, serial, cpu=dev == "cpu")
     if user_batch is not None:  # the user's size, with the rates of the nearest measured one
         measured = curve.point(user_batch) or _nearest(curve, user_batch)
         candidates = [dataclasses.replace(measured, batch_size=user_batch)]

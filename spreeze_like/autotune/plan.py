@@ -26,7 +26,7 @@ The rules, in the order they are applied:
    as far as the samplers the cores allow can feed it. When the learner is the bottleneck R stays at
    256, with GPU learners too (R 128 learned less on a measured GPU grid: replay_ratio.py). A short run
    keeps at least 20,000 critic updates in all (``total_steps x utd``). Serial mode: the knee of the
-   update-pair curve at R 256.
+   update-pair curve at R 256. Learners on the CPU keep the smallest measured batch (256; ``knee_batch``).
 4. **Samplers x envs per sampler**: the fewest processes, then the fewest envs each, whose measured
    total rate (N processes stepping at once: :mod:`~spreeze_like.autotune.sampler_supply`) covers
    what the critic learns from plus 25%; at most the cores minus the learners' (minus one support

@@ -10,7 +10,7 @@ import pytest
 
 from spreeze_like.autotune import plan as plan_module
 from spreeze_like.autotune.apply import apply_plan, explicit_fields
-from spreeze_like.autotune.layout import SUPPLY_HEADROOM, max_samplers
+from spreeze_like.autotune.layout import SUPPLY_HEADROOM, knee_batch, max_samplers
 from spreeze_like.autotune.plan import BATCH_CAP, GPU_MEMORY_FRACTION, PROCESS_BYTES, make_plan, replay_row_bytes
 from spreeze_like.autotune.replay_ratio import (
     MIN_RUN_UPDATES,
@@ -87,6 +87,19 @@ def test_a_serial_gain_inside_the_margin_keeps_the_parallel_mode(monkeypatch):
     monkeypatch.setattr(plan_module, "SERIAL_MIN_GAIN", 1.0)
     plan, _ = plan_for(REAL, probes=probes)
     assert plan.value("serial") is True and "in one process vs" in plan.choices["serial"].reason
+
+
+def test_learners_on_the_cpu_keep_the_smallest_batch_even_where_a_doubling_looks_free():
+    probes = load(REAL)
+    for curve in probes.curves("cpu"):  # every doubling 1.9x the frames/s: a GPU's knee would grow the batch
+        for m in curve.points:
+            m.critic.value = curve.points[0].critic.value * 0.95 ** (m.batch_size // 512)
+    points = sorted(probes.curve("cpu", 1).points, key=lambda p: p.batch_size)
+    assert knee_batch(points, serial=False)[0].batch_size > points[0].batch_size
+    for total_steps in (LONG, 20_000):  # the long run first: without the rule it would plan a larger batch
+        plan, _ = plan_for(REAL, probes=probes, total_steps=total_steps)
+        assert plan.value("batch_size") == points[0].batch_size == 256
+        assert "learners on the CPU keep batch 256" in plan.choices["batch_size"].reason
 
 
 def test_a_sampler_that_must_run_flat_out_counts_as_busy():
