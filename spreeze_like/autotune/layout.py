@@ -71,12 +71,13 @@ def knee_batch(points: list[UpdatePoint], serial: bool, cpu: bool = False) -> tu
     The probes' 256 -> 512 gains there (1.16-1.55x the frames/s) straddle DOUBLING_GAIN, and the runs' own gain
     was 0.96-1.31x (median 1.18x): a knee read from the probe followed its noise.
     """
-    def frames(p: UpdatePoint) -> float:
-        return p.batch_size * (p.serial_rate if serial else p.critic.value)
-
     if cpu:
         return points[0], (f"learners on the CPU keep batch {points[0].batch_size}: at the same replay ratio a larger "
                            "batch makes fewer gradient steps, and learned less in the wall time in every CPU grid")
+
+    def frames(p: UpdatePoint) -> float:
+        return p.batch_size * (p.serial_rate if serial else p.critic.value)
+
     chosen = points[0]
     for nxt in points[1:]:
         if nxt.batch_size != 2 * chosen.batch_size or frames(nxt) < DOUBLING_GAIN * frames(chosen):
