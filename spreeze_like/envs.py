@@ -75,6 +75,10 @@ class EnvInfo:
     structured_obs_space: gym.Space | None = None  # the env's own Dict, Tuple, ... space that make_env flattened
 
 
+# gymnasium's errors for an id it does not know (a misspelt name, namespace or version)
+_UNKNOWN_ID_ERRORS = (gym.error.NameNotFound, gym.error.NamespaceNotFound, gym.error.VersionNotFound)
+
+
 def _split_entry_point(env: str) -> tuple[str | None, str]:
     if ":" in env:
         module, env_id = env.split(":", 1)
@@ -174,6 +178,11 @@ def make_env(env: str, render_mode: str | None = None, env_kwargs: Mapping[str, 
         instance = _make_quietly_on_failure(env_id, kwargs)
     except gym.error.Error as exc:  # NameNotFound, VersionNotFound, NamespaceNotFound, DependencyNotInstalled
         first = first_line(exc)
+        if env_id in gym.registry and isinstance(exc, _UNKNOWN_ID_ERRORS):
+            # the id is registered, so the unknown id is one its constructor asked gymnasium for (a wrapper env
+            # making its base env): saying the module registers no such id would contradict its own list
+            raise EnvError(f"making env {env!r} raised gymnasium's {type(exc).__name__} for an env its constructor "
+                           f"makes: {first.rstrip('.')}; fix that id (an env the wrapper is given) or pick another") from None
         if module and isinstance(exc, gym.error.NameNotFound):
             typo = f" (gymnasium: {first})" if "Did you mean" in first else ""
             raise EnvError(f"cannot make env {env!r}: {_unregistered_hint(module, env_id)}{typo}") from None
@@ -270,6 +279,17 @@ def env_info(env: str, env_kwargs: Mapping[str, Any] | None = None, first_step: 
         )
     finally:
         instance.close()
+
+
+def tool_env(parser: Any, env: str, env_kwargs: Mapping[str, Any] | None = None) -> EnvInfo:
+    """A benchmark tool's ``--env``, checked (made, reset and stepped once) before the tool prints, spawns or makes
+    a folder: an unusable env ends the tool with one ``error:`` line and exit status 2 (``parser.exit``, the tool's
+    argparse parser), as :func:`spreeze_like.devices.tool_device` does for a device. Before, a misspelt id gave a
+    child's traceback, and two tools then waited up to an hour for the child's result."""
+    try:
+        return env_info(env, env_kwargs, first_step=True)
+    except EnvError as exc:
+        parser.exit(2, f"error: {exc}\n")
 
 
 def made_with_kwargs(env_kwargs: Mapping[str, Any] | None) -> str:

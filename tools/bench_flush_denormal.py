@@ -32,7 +32,10 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_learner_rate import result_of
 from scratch import runs_folder
+
+from spreeze_like.envs import tool_env
 
 SIDES = ("off", "on")
 
@@ -94,8 +97,7 @@ def update_part(args: argparse.Namespace) -> list[dict]:
         queue = ctx.Queue()
         proc = ctx.Process(target=_update_side, args=(side, args.env, args.points, args.window, queue))
         proc.start()
-        results.append(queue.get(timeout=3600))
-        proc.join()
+        results.append(result_of(proc, queue, 3600))
     print(f"\n== the update alone: {args.env}'s default critic learner, CPU, one thread, {args.window} updates timed "
           "after each point")
     print(f"{'after':>7} " + " ".join(f"{s + ' ms':>9} {s + ' subn.':>10}" for s in SIDES) + "   on/off")
@@ -164,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default="", help="also write the results to this file")
     parser.add_argument("--logdir", default="", help="keep the runs here (default: a scratch folder)")
     args = parser.parse_args(argv)
+    tool_env(parser, args.env)
     load0 = os.getloadavg()
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}  cpus={os.cpu_count()}  load {load0[0]:.2f} before", flush=True)
     out: dict[str, Any] = {"update": update_part(args)}

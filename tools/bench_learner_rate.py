@@ -30,6 +30,7 @@ import dataclasses
 import json
 import multiprocessing
 import os
+import queue as queue_module
 import statistics
 import sys
 import time
@@ -106,9 +107,29 @@ def measure_alone(config, seconds: float) -> dict:
     queue = ctx.Queue()
     proc = ctx.Process(target=_alone, args=(config.to_dict(), seconds, 30, queue))
     proc.start()
-    result = queue.get(timeout=seconds + 600)
-    proc.join()
-    return result
+    return result_of(proc, queue, seconds + 600)
+
+
+def result_of(proc: Any, queue: Any, timeout_s: float) -> Any:
+    """The one result a measuring child puts on ``queue``; if the child dies without one (its traceback is above),
+    the tool ends now with one line instead of waiting out ``timeout_s`` (up to an hour in bench_flush_denormal)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        alive = proc.is_alive()  # read before the get: a result put just before the child exited is still taken
+        try:
+            result = queue.get(timeout=1.0)
+        except queue_module.Empty:
+            if not alive:
+                proc.join()
+                raise SystemExit(f"error: the measuring process exited with status {proc.exitcode} before it gave "
+                                 "its result (its error is above)") from None
+            if time.monotonic() > deadline:
+                proc.kill()
+                proc.join()
+                raise SystemExit(f"error: the measuring process gave no result in {timeout_s:.0f} s") from None
+            continue
+        proc.join()
+        return result
 
 
 def measure_run(config, feeder: str) -> dict:
@@ -150,8 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logdir", default="", help="keep the runs here (default: a scratch folder, removed at the end)")
     args = parser.parse_args(argv)
     from spreeze_like.devices import tool_device
+    from spreeze_like.envs import tool_env
 
     args.device = tool_device(parser, args.device)
+    tool_env(parser, args.env)
 
     with runs_folder(args.logdir, "bench_learner_rate_") as logdir:
         return bench(args, str(logdir))

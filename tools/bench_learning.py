@@ -16,8 +16,11 @@ import dataclasses
 import json
 import os
 import statistics
+import sys
 
 from spreeze_like.config import TrainConfig
+from spreeze_like.envs import tool_env
+from spreeze_like.errors import SpreezeError
 from spreeze_like.training import train
 
 
@@ -37,6 +40,7 @@ def main() -> None:
     parser.add_argument("--logdir", default="runs/bench_learning")
     parser.add_argument("--set", nargs="*", default=[], type=parse_override, help="extra TrainConfig fields, key=json")
     args = parser.parse_args()
+    tool_env(parser, args.env, dict(args.set).get("env_kwargs"))
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     print(f"load average before: {load}")
     rows = []
@@ -81,4 +85,8 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except SpreezeError as exc:  # a bad --algo or --set value: one line, as the trainer's own CLI says it
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)

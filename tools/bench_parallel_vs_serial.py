@@ -18,10 +18,13 @@ import dataclasses
 import json
 import os
 import statistics
+import sys
 
 from scratch import runs_folder
 
 from spreeze_like.config import TrainConfig
+from spreeze_like.envs import tool_env
+from spreeze_like.errors import SpreezeError
 from spreeze_like.training import train
 
 
@@ -47,6 +50,7 @@ def main() -> None:
     parser.add_argument("--logdir", default="", help="keep the runs here (default: a scratch folder, removed at the end)")
     args = parser.parse_args()
     extra = {k: json.loads(v) for k, _, v in (s.partition("=") for s in args.set)}
+    tool_env(parser, args.env, extra.get("env_kwargs"))
     with runs_folder(args.logdir, "bench_parallel_vs_serial_") as logdir:
         bench(args, extra, str(logdir))
 
@@ -76,4 +80,8 @@ def bench(args: argparse.Namespace, extra: dict, logdir: str) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except SpreezeError as exc:  # a bad --algo or --set value: one line, as the trainer's own CLI says it
+        print(f"error: {exc}", file=sys.stderr)
+        sys.exit(exc.exit_code)

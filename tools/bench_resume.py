@@ -31,6 +31,7 @@ from typing import Any
 from scratch import runs_folder
 
 from spreeze_like.checkpoint import load_latest
+from spreeze_like.envs import tool_env
 from spreeze_like.replay.persist import replay_folders
 
 
@@ -120,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default="", metavar="PATH", help="also write the results here")
     parser.add_argument("--logdir", default="", help="keep the runs here (default: a scratch folder, removed at the end)")
     args = parser.parse_args(argv)
+    tool_env(parser, args.env)
     if not 0 < args.first < args.total:
         print("error: --first must be > 0 and below --total", file=sys.stderr)
         return 2

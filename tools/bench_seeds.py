@@ -34,7 +34,8 @@ from pathlib import Path
 from scratch import runs_folder
 
 from spreeze_like.curves import read_curves
-from spreeze_like.seeds_cli import parse_seed_list
+from spreeze_like.errors import SpreezeError
+from spreeze_like.seeds_cli import checked_run_config, parse_seed_list
 
 MODES = ("loop", "seeds", "seeds-serial")
 QUIET = ["--log-interval", "0"]
@@ -74,7 +75,11 @@ def main() -> None:
                         "removed at the end)")
     parser.add_argument("run_args", nargs="*", help="python -m spreeze_like.run flags for every run (after --)")
     args = parser.parse_args()
-    seeds = parse_seed_list(args.seeds)
+    try:  # the seeds, the run flags and the env, as the seeds command checks them: one line now, not a failed run
+        seeds = parse_seed_list(args.seeds)
+        checked_run_config(args.run_args)
+    except SpreezeError as exc:
+        parser.exit(2, f"error: {exc}\n")
     load_before = os.getloadavg()
     print(f"# load before: {' '.join(f'{x:.2f}' for x in load_before)}; cores {len(os.sched_getaffinity(0))}; seeds "
           f"{seeds}; run flags {args.run_args or '(defaults)'}", flush=True)

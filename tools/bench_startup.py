@@ -41,6 +41,8 @@ from pathlib import Path
 
 from scratch import runs_folder
 
+from spreeze_like.envs import tool_env
+
 ROLE_PHASES = ("t_exec", "t_main", "t_imported", "t_ready", "t_data", "t_first")
 ROLE_ORDER = ("critic-learner", "actor-learner", "sampler-0", "evaluator", "monitor")
 
@@ -118,6 +120,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.repeats < 1 or args.total_steps < 1:
         parser.error("--repeats and --total-steps must be >= 1")
+    tool_env(parser, args.env)
     runs = []
     with runs_folder(args.logdir, "bench_startup.") as scratch:
         for i in range(args.repeats):

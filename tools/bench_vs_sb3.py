@@ -89,6 +89,7 @@ from peers_runners import DEFAULT_PEERS, PEERS, peer_gamma, run_peer, run_peer_c
 
 from spreeze_like.autotune.hardware import cpu_model, driver_gpu_models, usable_cores
 from spreeze_like.config_fields import json_object
+from spreeze_like.envs import env_info
 from spreeze_like.errors import ConfigError, SpreezeError
 from spreeze_like.rundir import write_text_atomic
 
@@ -251,6 +252,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         raise ConfigError("--png needs the curves: give --curves-dir or --json")
     if args.curves_dir and not args.no_png and importlib.util.find_spec("matplotlib") is None:
         raise ConfigError('the curves PNG needs matplotlib: pip install -e ".[plot]", or pass --no-png')
+    if not args.report:  # the base env itself: an error about the recorded wrapper every side trains on would not
+        env_info(args.env, args.env_kwargs, first_step=True)  # name what the user typed (EnvError: one line)
     return args
 
 

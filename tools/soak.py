@@ -52,6 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from spreeze_like.checkpoint import load_latest
+from spreeze_like.envs import tool_env
 from spreeze_like.ipc.naming import list_our_files, pid_alive
 from spreeze_like.procs import pacing
 from spreeze_like.procs.evaluator_proc import read_results
@@ -233,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logdir", default="", help="where the runs go (default: a new folder under /tmp)")
     parser.add_argument("--json", default="", help="also write the report as JSON to this file")
     args = parser.parse_args(argv)
+    tool_env(parser, args.env)
     root = Path(args.logdir or tempfile.mkdtemp(prefix="spz_soak_"))
     root.mkdir(parents=True, exist_ok=True)
     buffer = 1_000_000

@@ -190,6 +190,26 @@ def test_finding17_class_name_instead_of_a_registered_id_says_register_it(tmp_pa
     assert "pass spz_class_envs:Odd-v0" in message
 
 
+@pytest.mark.parametrize(("base", "named"), [("Nope-v0", "`Nope`"), ("Pendulum-v99", "`v99`")])
+def test_a_registered_wrapper_whose_base_env_is_unknown_names_the_base_error_not_its_own_id(tmp_path, monkeypatch,
+                                                                                          base, named):
+    """A registered id whose constructor asks gymnasium for an unknown env (a wrapper given a misspelt base env):
+    before, the error said the module registers no such id, then listed that very id among those it registers."""
+    name = f"spz_wrapper_envs_{named.strip('`').lower()}"  # a module per case: an imported one is not imported again
+    source = ("import gymnasium\n\n"
+              "class Wrapper(gymnasium.Wrapper):\n"
+              "    def __init__(self, base):\n"
+              "        super().__init__(gymnasium.make(base))\n\n"
+              f"gymnasium.register('{name}/Wrapper-v0', entry_point='{name}:Wrapper', kwargs={{'base': {base!r}}})\n")
+    module = _module(tmp_path, monkeypatch, name, source)
+    with pytest.raises(EnvError) as info:
+        make_env(f"{module}:{name}/Wrapper-v0")
+    message = str(info.value)
+    assert "\n" not in message and "registers no env id" not in message, message
+    assert message.startswith(f"making env '{module}:{name}/Wrapper-v0' raised gymnasium's "), message
+    assert "for an env its constructor makes: " in message and named in message, message
+
+
 @pytest.mark.skipif(importlib.util.find_spec("mujoco") is None, reason="needs MuJoCo (gymnasium[mujoco])")
 def test_mujocos_settotalmass_deprecation_is_dropped_and_its_other_warnings_still_shown(tmp_path):
     """gymnasium's own model files make MuJoCo 4 warn about 'settotalmass' once per env made (to stderr and

@@ -1,0 +1,67 @@
+"""A benchmark tool given an env it cannot use ends at once with one ``error:`` line and exit status 2, before it
+prints a header, spawns a child or makes a scratch folder; a measuring child that dies ends its tool at once.
+
+Found on 2026-12-03 by trying ``--env Nope-v0`` on every tool: four of them printed a child's traceback (two then
+waited up to an hour on the dead child's queue), four exited 1 after making a scratch folder, which they kept, and
+bench_vs_sb3 printed its header, then named its internal recorded env ('peers_record:SpzBench/Recorded-v0')
+instead of the one typed.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TOOLS = ("bench_flush_denormal", "bench_learner_rate", "bench_learning", "bench_parallel_vs_serial", "bench_resume",
+         "bench_seeds", "bench_startup", "bench_vs_sb3", "soak")
+
+
+@pytest.mark.parametrize("tool", TOOLS)
+def test_an_unknown_env_is_one_line_and_exit_2_before_anything_is_made(tool, tmp_path):
+    temp = tmp_path / "temp"  # the tools' scratch folders (tempfile.mkdtemp) would land here
+    temp.mkdir()
+    env_flag = ["--", "--env", "Nope-v0"] if tool == "bench_seeds" else ["--env", "Nope-v0"]  # its run flags
+    done = subprocess.run([sys.executable, f"tools/{tool}.py", *env_flag], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "TMPDIR": str(temp)}, check=False)
+    assert done.returncode == 2, done.stderr[-3000:]
+    expected = ("error: cannot make env 'Nope-v0': Environment `Nope` doesn't exist. Did you mean: `Hopper`? (for your "
+                "own env pass module:EnvId, e.g. my_pkg.envs:MyEnv-v0)")
+    assert done.stderr.splitlines() == [expected], done.stderr[-3000:]
+    assert done.stdout == ""  # no header of a benchmark that is not going to run
+    assert list(temp.iterdir()) == []
+
+
+@pytest.fixture
+def result_of(monkeypatch):
+    monkeypatch.syspath_prepend(str(ROOT / "tools"))
+    from bench_learner_rate import result_of
+
+    return result_of
+
+
+def test_a_child_that_dies_without_its_result_ends_the_wait_at_once(result_of):
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=os._exit, args=(3,))
+    proc.start()
+    t0 = time.monotonic()
+    with pytest.raises(SystemExit, match="exited with status 3 before it gave its result"):
+        result_of(proc, queue, 3600)
+    assert time.monotonic() - t0 < 30  # not the hour of the timeout
+    assert proc.exitcode == 3
+
+
+def test_a_result_put_just_before_the_child_exits_is_still_taken(result_of):
+    ctx = multiprocessing.get_context("spawn")
+    queue = ctx.Queue()
+    proc = ctx.Process(target=queue.put, args=({"rate": 1.5},))
+    proc.start()
+    proc.join()  # the child is gone before the wait starts: its result must still be read
+    assert result_of(proc, queue, 60) == {"rate": 1.5}
