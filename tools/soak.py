@@ -116,6 +116,18 @@ class SoakRun:
         self.exits.append(self.proc.returncode)
         self.sessions.append(self.status())
 
+    def end_quietly(self, timeout: float = 60.0) -> None:
+        """End a session still running when the soak itself is ending early (its runs train for 10**9 steps and
+        would go on for ever): SIGTERM, as a user would, then SIGKILL after ``timeout``."""
+        if self.proc is None or self.proc.poll() is not None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+
     def resume(self) -> None:
         payload, _ = load_latest(self.run_dir)
         self.resumed_at = {k: int(payload[k]) for k in ("env_steps", "critic_updates", "actor_updates")}
@@ -136,7 +148,17 @@ class SoakRun:
 
 def drive(runs: list[SoakRun], minutes: float, kill_every: float, seed: int) -> None:
     """Run the given runs side by side for ``minutes``: kills and the halfway resume for the disturbed ones."""
-    rng = random.Random(seed)
+    try:
+        _drive(runs, minutes, kill_every, random.Random(seed))
+    except BaseException:  # an early exit of one run, Ctrl-C, SIGTERM (main): the other runs must not go on alone
+        for run in runs:
+            run.end_quietly()
+        raise
+    for run in runs:
+        run.stop()
+
+
+def _drive(runs: list[SoakRun], minutes: float, kill_every: float, rng: random.Random) -> None:
     for run in runs:
         run.start()
     end_s, half_s = minutes * 60.0, minutes * 30.0
@@ -161,8 +183,6 @@ def drive(runs: list[SoakRun], minutes: float, kill_every: float, seed: int) -> 
         if all(now - r.t0 >= end_s for r in runs):
             break
         time.sleep(0.5)
-    for run in runs:
-        run.stop()
 
 
 def check_session(status: dict[str, Any], flags: dict[str, int], carried: int = 0) -> dict[str, Any]:
@@ -234,7 +254,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logdir", default="", help="where the runs go (default: a new folder under /tmp)")
     parser.add_argument("--json", default="", help="also write the report as JSON to this file")
     args = parser.parse_args(argv)
+    if min(args.minutes, args.kill_every) <= 0 or min(args.samplers, args.eval_every) < 1:
+        parser.exit(2, "error: --minutes and --kill-every need a time > 0, --samplers and --eval-every a whole number "
+                       ">= 1\n")
     tool_env(parser, args.env)
+    # SIGTERM (a job's limit, kill) as an exception, so that drive() ends the runs it started before the soak exits
+    signal.signal(signal.SIGTERM, lambda signum, frame: sys.exit(128 + signum))
     root = Path(args.logdir or tempfile.mkdtemp(prefix="spz_soak_"))
     root.mkdir(parents=True, exist_ok=True)
     buffer = 1_000_000
