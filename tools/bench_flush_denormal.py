@@ -166,6 +166,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default="", help="also write the results to this file")
     parser.add_argument("--logdir", default="", help="keep the runs here (default: a scratch folder)")
     args = parser.parse_args(argv)
+    if args.window < 1 or min(args.points) < 0 or args.total_steps < 0 or args.eval_every < 1 or min(args.seeds) < 0:
+        parser.exit(2, "error: --window and --eval-every need whole numbers >= 1, --points, --total-steps and --seeds "
+                       ">= 0\n")
     tool_env(parser, args.env)
     load0 = os.getloadavg()
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}  cpus={os.cpu_count()}  load {load0[0]:.2f} before", flush=True)

@@ -176,6 +176,8 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs per configuration; the median is reported")
     parser.add_argument("--json", default="", help="also write the results to this file")
     args = parser.parse_args()
+    if args.repeats < 1 or args.scale <= 0:
+        parser.error("--repeats must be >= 1 and --scale > 0")
     scale = 0.1 if args.quick else args.scale
     counts = {  # transitions per run: each run takes ~1-3 s on a 2-core desktop
         ("queue", 1): 200_000,

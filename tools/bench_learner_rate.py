@@ -174,21 +174,34 @@ def main(argv: list[str] | None = None) -> int:
     from spreeze_like.envs import tool_env
 
     args.device = tool_device(parser, args.device)
+    if args.alone_seconds <= 0 or args.repeats < 1:
+        parser.exit(2, "error: --alone-seconds needs a time > 0 and --repeats a whole number >= 1\n")
     tool_env(parser, args.env)
+    from spreeze_like.errors import SpreezeError
+
+    try:  # the run settings, as the trainer checks them: one line now, before a folder or a process exists
+        run_config(args, "")
+    except SpreezeError as exc:
+        parser.exit(2, f"error: {exc}\n")
 
     with runs_folder(args.logdir, "bench_learner_rate_") as logdir:
         return bench(args, str(logdir))
 
 
-def bench(args: argparse.Namespace, logdir: str) -> int:
-    """The runs and their report, with the runs' folder ``logdir``."""
+def run_config(args: argparse.Namespace, logdir: str) -> Any:
+    """The TrainConfig of the tool's runs (raises ConfigError for settings the trainer refuses)."""
     from spreeze_like.config import TrainConfig
 
-    config = dataclasses.replace(
+    return dataclasses.replace(
         TrainConfig(), env=args.env, total_steps=args.total_steps, learning_starts=args.learning_starts,
         batch_size=args.batch_size, hidden_sizes=tuple(args.hidden_sizes), actor_device=args.device,
         critic_device=args.device, samplers=args.samplers, eval_every=0, eval_episodes=2, log_interval=0,
         checkpoint_every=0, logdir=logdir, buffer_size=max(100_000, args.total_steps)).resolve()
+
+
+def bench(args: argparse.Namespace, logdir: str) -> int:
+    """The runs and their report, with the runs' folder ``logdir``."""
+    config = run_config(args, logdir)
     load0 = os.getloadavg()
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}  cpus={os.cpu_count()}  load={load0[0]:.2f},{load0[1]:.2f}  "
           f"{config.env} hidden={config.hidden_sizes} batch={config.batch_size} device={config.critic_device} "

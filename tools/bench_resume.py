@@ -125,6 +125,9 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.first < args.total:
         print("error: --first must be > 0 and below --total", file=sys.stderr)
         return 2
+    if min(args.seeds) < 0:
+        print("error: --seeds must be whole numbers >= 0", file=sys.stderr)
+        return 2
     extra = [part for item in args.set for part in (f"--{item.partition('=')[0].replace('_', '-')}",
                                                      *item.partition("=")[2].split())]
     rows = []

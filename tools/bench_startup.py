@@ -118,8 +118,8 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write every run's phases and the medians here")
     parser.add_argument("run_args", nargs="*", help="after --: more flags for every run")
     args = parser.parse_args()
-    if args.repeats < 1 or args.total_steps < 1:
-        parser.error("--repeats and --total-steps must be >= 1")
+    if args.repeats < 1 or args.total_steps < 1 or args.timeout <= 0:
+        parser.error("--repeats and --total-steps must be >= 1, --timeout > 0 seconds")
     tool_env(parser, args.env)
     runs = []
     with runs_folder(args.logdir, "bench_startup.") as scratch:

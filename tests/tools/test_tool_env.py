@@ -38,6 +38,24 @@ def test_an_unknown_env_is_one_line_and_exit_2_before_anything_is_made(tool, tmp
     assert list(temp.iterdir()) == []
 
 
+@pytest.mark.parametrize("args", [
+    ["tools/bench_learner_rate.py", "--alone-seconds", "-1"], ["tools/bench_learner_rate.py", "--total-steps", "0"],
+    ["tools/bench_flush_denormal.py", "--window", "0"], ["tools/bench_startup.py", "--timeout", "-1"],
+    ["tools/bench_ipc.py", "--repeats", "0"], ["tools/bench_resume.py", "--seeds", "-3"],
+    ["tools/soak.py", "--minutes", "-1"]])
+def test_a_number_out_of_range_is_an_error_line_and_exit_2_before_anything_is_made(args, tmp_path):
+    """Before 2026-12-03 each of these ended in a traceback (a division by zero, an empty median, a timeout of
+    -1 s), after making a scratch folder or, for the soak, after starting two runs it then left running."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    done = subprocess.run([sys.executable, *args], cwd=ROOT, capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "TMPDIR": str(temp)}, check=False)
+    assert done.returncode == 2, done.stderr[-3000:]
+    # one error line (argparse's own checks print their usage above it, as for any flag it refuses)
+    assert "Traceback" not in done.stderr and "error: " in done.stderr.splitlines()[-1], done.stderr[-3000:]
+    assert list(temp.iterdir()) == []
+
+
 @pytest.fixture
 def result_of(monkeypatch):
     monkeypatch.syspath_prepend(str(ROOT / "tools"))
