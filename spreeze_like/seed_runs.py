@@ -37,7 +37,7 @@ from typing import Any
 from spreeze_like.checkpoint import checkpoint_step, list_checkpoints
 from spreeze_like.curves import Curves, read_curves
 from spreeze_like.errors import SpreezeError
-from spreeze_like.ipc.lifetime import LAUNCHER_ENV
+from spreeze_like.ipc.lifetime import launcher_env
 
 RECORD_FILE = "seeds.json"  # a seeds folder's record (spreeze_like.seeds)
 CONSOLE_LOG = "console.log"
@@ -118,7 +118,7 @@ class SeedRun:
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "spreeze_like.run", *self.run_args], stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, env={**os.environ, "PYTHONUNBUFFERED": "1", LAUNCHER_ENV: str(os.getpid())},
+                stderr=subprocess.STDOUT, env=launcher_env(PYTHONUNBUFFERED="1"),
                 start_new_session=True,
             )
         except OSError as exc:  # no memory or no process slots left: this command's failure, in one line

@@ -71,6 +71,7 @@ from autotune_grid_report import ACCEPT, compare, median_row, merge, report
 from spreeze_like.config_fields import json_object
 from spreeze_like.envs import env_info
 from spreeze_like.errors import SpreezeError
+from spreeze_like.ipc.lifetime import launcher_env
 
 __all__ = ["ACCEPT", "compare", "main", "merge", "report"]
 
@@ -199,7 +200,7 @@ def run_cell(env: list[str], flags: list[str], wall_s: float, logdir: Path, xdg:
     cmd = [*RUN, *env, *QUIET, "--logdir", str(logdir), *flags]
     t0 = time.time()
     out = open(logdir / "stdout.txt", "w")  # noqa: SIM115 - closed below, after the process
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env={**os.environ, "XDG_CACHE_HOME": xdg})
+    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=launcher_env(XDG_CACHE_HOME=xdg))
     try:
         proc.wait(timeout=wall_s)
     except subprocess.TimeoutExpired:
@@ -310,7 +311,7 @@ def main(argv: list[str] | None = None) -> int:
         if "autotuned" in configs:
             plan = subprocess.run([*RUN, *env_flags(env_id, args.env_kwargs), "--total-steps", LONG_STEPS,
                                    "--plan-only", *probe_flags],
-                                  capture_output=True, text=True, env={**os.environ, "XDG_CACHE_HOME": xdg}, check=False)
+                                  capture_output=True, text=True, env=launcher_env(XDG_CACHE_HOME=xdg), check=False)
             if plan.returncode != 0:  # probes now (cached), not in the timed run
                 print(plan.stderr.strip().splitlines()[-1] if plan.stderr.strip() else "error: --plan-only failed",
                       file=sys.stderr)

@@ -44,6 +44,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ray_cluster
 
+from spreeze_like.ipc.lifetime import launcher_env
+
 SLOW_ENV = "spreeze_like.slow_envs:SlowPendulum-v1"
 LOW_UTD = "0.05"
 QUIET = ["--eval-every", "0", "--eval-episodes", "1", "--log-interval", "0", "--tb-interval", "5"]
@@ -57,7 +59,8 @@ def run_cli(args: list[str], env: dict[str, str], logdir: Path, timeout_s: float
     t0 = time.monotonic()
     with open(log, "w") as out:
         proc = subprocess.Popen([sys.executable, "-m", "spreeze_like.run", *args, "--logdir", str(logdir / "runs")],
-                                stdout=out, stderr=subprocess.STDOUT, env={**env, "PYTHONWARNINGS": "ignore"})
+                                stdout=out, stderr=subprocess.STDOUT,
+                                env=launcher_env(env, PYTHONWARNINGS="ignore"))
         polls: list[tuple[float, int]] = []
         rows: list[tuple[float, dict[str, dict[str, float]]]] = []  # per poll: each sampler row's and the bridge's counters
         run_dir: Path | None = None

@@ -32,6 +32,7 @@ from scratch import runs_folder
 
 from spreeze_like.checkpoint import load_latest
 from spreeze_like.envs import tool_env
+from spreeze_like.ipc.lifetime import launcher_env
 from spreeze_like.replay.persist import replay_folders
 
 
@@ -40,7 +41,7 @@ def cli(args: list[str], log: Path) -> float:
     t0 = time.monotonic()
     with open(log, "w") as out:
         done = subprocess.run([sys.executable, "-m", "spreeze_like.run", *args], stdout=out, stderr=subprocess.STDOUT,
-                              check=False)
+                              env=launcher_env(), check=False)
     if done.returncode != 0:
         raise SystemExit(f"error: `spreeze_like.run {' '.join(args)}` exited {done.returncode}; see {log}")
     return time.monotonic() - t0

@@ -35,6 +35,7 @@ from scratch import runs_folder
 
 from spreeze_like.curves import read_curves
 from spreeze_like.errors import SpreezeError
+from spreeze_like.ipc.lifetime import launcher_env
 from spreeze_like.seeds_cli import checked_run_config, parse_seed_list
 
 MODES = ("loop", "seeds", "seeds-serial")
@@ -46,7 +47,7 @@ def run_loop(seeds: list[int], run_args: list[str], logdir: Path) -> dict:
     for seed in seeds:
         out = logdir / f"seed_{seed}"
         proc = subprocess.run([sys.executable, "-m", "spreeze_like.run", *run_args, *QUIET, "--seed", str(seed),
-                               "--logdir", str(out)], capture_output=True, text=True, check=False)
+                               "--logdir", str(out)], capture_output=True, text=True, env=launcher_env(), check=False)
         if proc.returncode != 0:
             raise SystemExit(f"error: seed {seed} of the loop ended with {proc.returncode}: {proc.stderr[-500:]}")
         run_dir = next(p for p in out.iterdir() if p.is_dir())

@@ -53,6 +53,7 @@ from typing import Any
 
 from spreeze_like.checkpoint import load_latest
 from spreeze_like.envs import tool_env
+from spreeze_like.ipc.lifetime import launcher_env
 from spreeze_like.ipc.naming import list_our_files, pid_alive
 from spreeze_like.procs import pacing
 from spreeze_like.procs.evaluator_proc import read_results
@@ -65,7 +66,7 @@ LOADED = re.compile(r"\[spreeze\] replay: ([\d,]+) transitions loaded")  # the r
 
 def cli(args: list[str], log: Path) -> subprocess.Popen:
     out = open(log, "a")  # noqa: SIM115 - the child holds it; closed when it exits
-    env = {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": "1"}
+    env = launcher_env(PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1")  # a SIGKILLed soak's runs stop too
     return subprocess.Popen([sys.executable, "-m", "spreeze_like.run", *args], stdout=out, stderr=subprocess.STDOUT,
                             env=env)
 

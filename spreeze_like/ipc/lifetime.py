@@ -26,6 +26,7 @@ import signal
 import sys
 import threading
 import time
+from collections.abc import Mapping
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 EXIT_PARENT_GONE = 70  # exit status of a child whose parent died before it could arm the signal
@@ -81,6 +82,14 @@ def child_setup(parent_pid: int, ignore_sigint: bool = True, sig: int = signal.S
 
 
 LAUNCHER_ENV = "SPREEZE_DIE_WITH_PARENT"  # set by a launcher of ours (the seeds command) to its pid
+
+
+def launcher_env(base: Mapping[str, str] | None = None, **extra: str) -> dict[str, str]:
+    """The environment for a ``python -m spreeze_like.run`` that this process starts as its direct child: ``base``
+    (default: this process's environment) with ``extra`` and :data:`LAUNCHER_ENV` naming this process, so that the
+    run stops in order if this process dies, even by SIGKILL (:func:`die_with_launcher`). Without it a launcher's
+    death left its runs training to their last step (the soak's runs to 10**9)."""
+    return {**(os.environ if base is None else base), **extra, LAUNCHER_ENV: str(os.getpid())}
 
 
 def die_with_launcher(poll_s: float = 0.5) -> None:

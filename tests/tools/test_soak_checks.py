@@ -39,10 +39,10 @@ def test_the_loaded_line_is_read_from_the_log():
 
 
 @pytest.mark.multiproc
-@pytest.mark.parametrize("how", ["sigterm", "a run exits early"])
+@pytest.mark.parametrize("how", ["sigterm", "sigkill", "a run exits early"])
 def test_a_soak_that_ends_early_ends_the_runs_it_started(tmp_path, how):
-    """The soak's runs train for 10**9 env steps: before 2026-12-03 a soak killed by SIGTERM, or ended by one run's
-    early exit, or by its own crash, left the other run training for ever (seen: ``--minutes -1`` crashed after
+    """The soak's runs train for 10**9 env steps: before 2026-12-03 a soak killed by SIGTERM or SIGKILL, or ended by
+    one run's early exit, or by its own crash, left the runs training for ever (seen: ``--minutes -1`` crashed after
     starting both). Its runs are grandchildren of this test, so the leak check of conftest cannot see them: their
     supervisors are found here, and must be gone with every process of theirs."""
     import os
@@ -68,6 +68,9 @@ def test_a_soak_that_ends_early_ends_the_runs_it_started(tmp_path, how):
         if how == "sigterm":
             proc.send_signal(signal.SIGTERM)
             expected = 128 + signal.SIGTERM
+        elif how == "sigkill":  # nothing of the soak runs: its runs see it gone (launcher_env) and stop in order
+            proc.kill()
+            expected = -signal.SIGKILL
         else:
             supervisors = [p for p in psutil.Process(proc.pid).children() if "undisturbed" in " ".join(p.cmdline())]
             supervisors[0].kill()  # the undisturbed run dies: the soak ends, and must end the disturbed one
