@@ -105,8 +105,8 @@ class SoakRun:
     def status(self) -> dict[str, Any]:
         return (read_json(self.find_run_dir() / "status.json") if self.find_run_dir() else None) or {}
 
-    def stop(self, timeout: float = 120.0) -> None:
-        """SIGTERM the session and record its exit status and final status.json."""
+    def _terminate(self, timeout: float) -> None:
+        """SIGTERM the session, as a user would; SIGKILL after ``timeout``."""
         assert self.proc is not None
         self.proc.send_signal(signal.SIGTERM)
         try:
@@ -114,20 +114,18 @@ class SoakRun:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+    def stop(self, timeout: float = 120.0) -> None:
+        """SIGTERM the session and record its exit status and final status.json."""
+        self._terminate(timeout)
         self.exits.append(self.proc.returncode)
         self.sessions.append(self.status())
 
     def end_quietly(self, timeout: float = 60.0) -> None:
         """End a session still running when the soak itself is ending early (its runs train for 10**9 steps and
-        would go on for ever): SIGTERM, as a user would, then SIGKILL after ``timeout``."""
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        would go on for ever); nothing is recorded."""
+        if self.proc is not None and self.proc.poll() is None:
+            self._terminate(timeout)
 
     def resume(self) -> None:
         payload, _ = load_latest(self.run_dir)
