@@ -285,7 +285,7 @@ def tool_env(parser: Any, env: str, env_kwargs: Mapping[str, Any] | None = None)
     """A benchmark tool's ``--env``, checked (made, reset and stepped once) before the tool prints, spawns or makes
     a folder: an unusable env ends the tool with one ``error:`` line and exit status 2 (``parser.exit``, the tool's
     argparse parser), as :func:`spreeze_like.devices.tool_device` does for a device. Before, a misspelt id gave a
-    child's traceback, and two tools then waited up to an hour for the child's result."""
+    traceback, and two tools then waited for a dead child's result (up to an hour)."""
     try:
         return env_info(env, env_kwargs, first_step=True)
     except EnvError as exc:

@@ -172,13 +172,12 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     from spreeze_like.devices import tool_device
     from spreeze_like.envs import tool_env
+    from spreeze_like.errors import SpreezeError
 
     args.device = tool_device(parser, args.device)
     if args.alone_seconds <= 0 or args.repeats < 1:
         parser.exit(2, "error: --alone-seconds needs a time > 0 and --repeats a whole number >= 1\n")
     tool_env(parser, args.env)
-    from spreeze_like.errors import SpreezeError
-
     try:  # the run settings, as the trainer checks them: one line now, before a folder or a process exists
         run_config(args, "")
     except SpreezeError as exc:
