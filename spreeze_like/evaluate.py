@@ -45,6 +45,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.episodes < 1:
         parser.error(f"--episodes {args.episodes}: give at least 1")
+    if args.seed is not None and args.seed < 0:  # gymnasium refuses it at the first reset, naming the env
+        parser.error(f"--seed {args.seed}: give a seed >= 0")
     if args.video is not None and args.render == "human":
         parser.error("--video records rgb_array frames off screen; leave out --render human")
     return args

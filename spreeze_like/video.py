@@ -73,6 +73,14 @@ def _imageio(flag: str = "--video") -> Any:
     return imageio
 
 
+def _check_writer(fmt: str, flag: str, gif_hint: str) -> None:
+    """mp4's writer is imageio-ffmpeg (not in [test]); without it imageio fails only at the first file it opens,
+    with a ValueError listing plugins, so it is looked for before anything runs."""
+    if fmt == "mp4" and importlib.util.find_spec("imageio_ffmpeg") is None:
+        raise ConfigError(f'{flag} with mp4 needs imageio-ffmpeg: pip install -e ".[video]", or choose '
+                          f"{gif_hint} (Pillow, which imageio brings)")
+
+
 def check_can_record(env_id: str, env_kwargs: Mapping[str, Any] | None, fmt: str, flag: str) -> None:
     """Before a run that records videos (``--video-every``): the format's writer is installed and the env renders
     an H x W x 3 uint8 frame after a reset. ConfigError or EnvError, one line, otherwise: found at the start,
@@ -80,9 +88,7 @@ def check_can_record(env_id: str, env_kwargs: Mapping[str, Any] | None, fmt: str
     from spreeze_like.envs import make_env, reset_env
 
     _imageio(flag)
-    if fmt == "mp4" and importlib.util.find_spec("imageio_ffmpeg") is None:
-        raise ConfigError(f'{flag} with mp4 needs imageio-ffmpeg: pip install -e ".[video]", or choose '
-                          "--video-format gif (Pillow, which imageio brings)")
+    _check_writer(fmt, flag, "--video-format gif")
     env = make_env(env_id, render_mode="rgb_array", env_kwargs=env_kwargs)
     try:
         _check_renders(env, env_id, flag)
@@ -127,6 +133,7 @@ class VideoFile:
 
     def __init__(self, path: Path) -> None:
         self._imageio = _imageio()
+        _check_writer(path.suffix.lower().lstrip("."), "--video", "a .gif file")
         self.path, self.frames, self.fps = path, 0, float(DEFAULT_FPS)
         self._tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}{path.suffix}")
         self._writer: Any = None
@@ -140,7 +147,7 @@ class VideoFile:
                 self._writer = self._imageio.get_writer(self._tmp, duration=1000.0 / self.fps, loop=0)
             else:  # macro_block_size 1: frames of any size, not resized to multiples of 16
                 self._writer = self._imageio.get_writer(self._tmp, fps=self.fps, macro_block_size=1)
-        except (ImportError, RuntimeError) as exc:  # no ffmpeg backend: imageio-ffmpeg is missing
+        except (ImportError, RuntimeError, ValueError) as exc:  # no backend for the format (imageio 2.38: ValueError)
             raise ConfigError(f"--video {self.path}: cannot write {self.path.suffix} ({exc}); install the [video] "
                               'extra: pip install -e ".[video]"') from None
         except OSError as exc:

@@ -111,10 +111,13 @@ def test_a_checkpoint_that_does_not_fit_its_env_is_refused(tmp_path):
         load_policy(path)
 
 
-@pytest.mark.parametrize("args", [["--episodes", "0"], ["--no-such-flag"], []])
+@pytest.mark.parametrize("args", [["--episodes", "0"], ["--no-such-flag"], [], ["runs/x", "--seed", "-3"]])
 def test_bad_flags_are_one_line_and_exit_2(args):
+    """A negative --seed is the flag's fault, said as such (it was "env 'Pendulum-v1' raised Error on reset ...;
+    fix the env or pick another", after loading the policy)."""
     proc = subprocess.run([sys.executable, "-m", "spreeze_like.evaluate", *args], capture_output=True, text=True,
                           timeout=120, check=False)
     assert proc.returncode == 2 and proc.stdout == ""
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("error: "), proc.stderr
+    assert "--seed" not in args or "--seed -3: give a seed >= 0" in lines[0]

@@ -63,6 +63,20 @@ def test_an_mp4_at_the_envs_frame_rate(render_run, tmp_path):
     assert all(abs(a - b) <= 3 for a, b in zip(levels, [0, 20, 40, 60, 80, 100] * 2)), levels  # H.264 is lossy
 
 
+def test_an_mp4_without_imageio_ffmpeg_is_one_line_before_the_policy_loads(tmp_path, monkeypatch, capsys):
+    """imageio without its ffmpeg plugin (the [test] extra, not [video]) raised a ValueError traceback at the first
+    episode; now the writer is looked for first. The path need not even hold a run: the video is checked first."""
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "imageio_ffmpeg" else real(name, *a))
+    out = tmp_path / "policy.mp4"
+    assert main([str(tmp_path / "no run"), "--video", str(out)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    said = ('error: --video with mp4 needs imageio-ffmpeg: pip install -e ".[video]", or choose a .gif file '
+            "(Pillow, which imageio brings)")
+    assert err == [said]
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_an_interrupted_evaluation_leaves_no_file(render_run, tmp_path):
     policy = load_policy(render_run)
     calls = 0
