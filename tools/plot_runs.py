@@ -220,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description="Draw evaluation and training return against wall time and "
                                                  "env steps for run folders holding a curves.csv.")
     parser.add_argument("run_dirs", nargs="+", metavar="RUN_DIR", help="run folders (ours or a peer's)")
-    parser.add_argument("-o", "--output", required=True, help="the PNG to write")
+    parser.add_argument("-o", "--output", required=True, help="the PNG to write (its folder is made if missing)")
     parser.add_argument("--window", type=int, default=10, help="training episodes in the moving mean (default 10)")
     parser.add_argument("--title", default=None, help="figure title (default: the runs' envs and algorithms)")
     parser.add_argument("--mean", action="store_true",
@@ -230,6 +230,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.window < 1:
             raise ConfigError(f"--window {args.window}: must be >= 1")
+        if Path(args.output).suffix.lower() != ".png":  # Pillow picks the format by the suffix: .txt was a traceback
+            raise ConfigError(f"-o {args.output}: name a .png file (the figure is a PNG)")
         runs = [read_curves(d) for d in args.run_dirs]
         for run_dir, run in zip(args.run_dirs, runs):  # a seeds grid's runs: labelled and grouped by their setting
             setting = setting_of_run(run_dir)

@@ -23,7 +23,7 @@ import argparse
 import os
 import sys
 
-from spreeze_like.errors import SpreezeError
+from spreeze_like.errors import ConfigError, SpreezeError
 from spreeze_like.ipc.naming import SHM_DIR, parse_name
 from spreeze_like.ipc.sweep import probe_entries, sweep_shm
 
@@ -57,8 +57,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--shm-dir", default=SHM_DIR, help="where POSIX shared memory lives (default /dev/shm)")
     args = parser.parse_args(argv)
     try:
+        if not os.path.isdir(args.shm_dir):  # a typo was "nothing of ours in it"; a file was a traceback
+            raise ConfigError(f"--shm-dir {args.shm_dir}: no such folder; give the folder of POSIX shared memory "
+                              f"(default {SHM_DIR})")
         rows = describe(args.shm_dir)
-    except SpreezeError as exc:  # a bad SPREEZE_LIKE_SHM_PREFIX
+    except SpreezeError as exc:  # that, or a bad SPREEZE_LIKE_SHM_PREFIX
         print(f"error: {exc}", file=sys.stderr)
         return exc.exit_code
     if not rows:

@@ -88,17 +88,20 @@ def test_ours_beside_a_peer(two_runs, tmp_path):
     assert _pixels_near(out, BLUE) > 500 and _pixels_near(out, ORANGE) > 500  # a colour per system
 
 
-@pytest.mark.parametrize("case", ["missing", "no_curves", "garbage"])
-def test_bad_input_is_one_error_line(tmp_path, case):
+@pytest.mark.parametrize("case", ["missing", "no_curves", "garbage", "not_png"])
+def test_bad_input_is_one_error_line(tmp_path, two_runs, case):
+    """``not_png``: ``-o x.txt`` of a good run was Pillow's ValueError traceback, after drawing."""
     folder = tmp_path / "run"
     if case != "missing":
         folder.mkdir()
     if case == "garbage":
         (folder / "curves.csv").write_text("not,a,curves,file\n")
-    done = _plot(str(folder), "-o", str(tmp_path / "x.png"))
+    out = tmp_path / ("x.txt" if case == "not_png" else "x.png")
+    done = _plot(str(two_runs[0].run_dir if case == "not_png" else folder), "-o", str(out))
     assert done.returncode == 2
     assert done.stderr.startswith("error: ") and done.stderr.count("\n") == 1, done.stderr
-    assert not (tmp_path / "x.png").exists()
+    assert case != "not_png" or "name a .png file" in done.stderr
+    assert not out.exists()
 
 
 def test_a_goal_envs_success_rate_gets_a_row_of_its_own(tmp_path):

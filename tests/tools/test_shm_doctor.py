@@ -47,3 +47,13 @@ def test_lists_and_cleans_only_dead_creators(tmp_path):
 def test_empty_directory(tmp_path):
     out = _doctor("--shm-dir", str(tmp_path))
     assert out.returncode == 0 and "nothing of ours" in out.stdout
+
+
+def test_a_shm_dir_that_is_no_folder_is_one_error_line(tmp_path):
+    """A file was a NotADirectoryError traceback; a misspelt folder was "nothing of ours in it"."""
+    (tmp_path / "a_file").write_text("x")
+    for where in (tmp_path / "a_file", tmp_path / "missing"):
+        out = _doctor("--shm-dir", str(where))
+        assert out.returncode == 2 and out.stdout == "", out.stdout
+        assert out.stderr == f"error: --shm-dir {where}: no such folder; give the folder of POSIX shared memory " \
+                             "(default /dev/shm)\n"
