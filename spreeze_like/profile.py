@@ -19,6 +19,9 @@ second, an unwritable folder) ends with one ``error:`` line and exit status 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
+import os
 import sys
 import time
 from pathlib import Path
@@ -62,6 +65,24 @@ def _output_dir(logdir: str) -> Path:
     from spreeze_like.rundir import new_unique_folder
 
     return new_unique_folder(Path(logdir), f"profile__{int(time.time())}", "an output folder")
+
+
+def _json_path(given: str | None, out_dir: Path) -> Path:
+    """Where the JSON goes (``--json``, else the output folder), its folder made; ConfigError (one line) where it
+    cannot be written."""
+    path = Path(given) if given else out_dir / "profile.json"
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        existed = path.exists()
+        with open(path, "a"):  # tried, not asked of os.access (which says yes to root, even on /proc)
+            pass
+        if not existed:
+            path.unlink()
+    except OSError as exc:
+        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}; pass --json with a writable path") from None
+    return path
 
 
 def run_settings(env: str, algo: str | None, hidden_sizes: list[int] | None,
@@ -110,25 +131,32 @@ def profile(args: argparse.Namespace, progress: Any) -> int:
     settings, kept = run_settings(args.env, args.algo, args.hidden_sizes, args.env_kwargs, args.critic_hidden_sizes)
     algo, hidden, critic = settings.algo, list(settings.hidden_sizes), list(settings.critic_hidden_sizes)
     path = cache.cache_path(hardware.fingerprint(), args.env, algo, hidden, args.env_kwargs, critic)
-    if args.cached:
-        results = cache.load_cached(path)
-        if results is None:
-            raise ConfigError(f"no cached probe results for {args.env} on this machine ({path}); "
-                              "run without --cached to measure")
-    else:
-        results = probe_machine(args.env, algo, hidden, args.budget, args.devices, progress, args.env_kwargs,
-                                critic_hidden_sizes=critic)
-        try:
-            cache.save_results(results, path)
-        except OSError as exc:
-            progress(f"could not update the probe cache {path}: {exc.strerror or exc}")
+    # where the report goes, made and checked before the minute of measuring (a --logdir or --json that cannot be
+    # written was said only after it); the folder is removed again while it is empty, as when the probe fails
     out_dir = _output_dir(args.logdir)
-    json_path = Path(args.json) if args.json else out_dir / "profile.json"
     try:
-        json_path.parent.mkdir(parents=True, exist_ok=True)
-        json_path.write_text(results.to_json() + "\n")
-    except OSError as exc:
-        raise ConfigError(f"cannot write {json_path}: {exc.strerror or exc}; pass --json with a writable path") from None
+        json_path = _json_path(args.json, out_dir)
+        if args.cached:
+            results = cache.load_cached(path)
+            if results is None:
+                raise ConfigError(f"no cached probe results for {args.env} on this machine ({path}); "
+                                  "run without --cached to measure")
+        else:
+            results = probe_machine(args.env, algo, hidden, args.budget, args.devices, progress, args.env_kwargs,
+                                    critic_hidden_sizes=critic)
+            try:
+                cache.save_results(results, path)
+            except OSError as exc:
+                progress(f"could not update the probe cache {path}: {exc.strerror or exc}")
+        try:
+            json_path.write_text(results.to_json() + "\n")
+        except OSError as exc:
+            raise ConfigError(f"cannot write {json_path}: {exc.strerror or exc}; pass --json with a writable "
+                              "path") from None
+    except BaseException:
+        with contextlib.suppress(OSError):
+            out_dir.rmdir()  # only while empty
+        raise
     write_tensorboard(results, out_dir)
     say(report_text(results))
     if not args.no_plan:

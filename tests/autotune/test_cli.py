@@ -136,10 +136,17 @@ def test_run_bad_input_is_one_line_and_exit_2(tmp_path, args, fragments):
     (["--env-kwargs", '{"render_mode": "human"}'], ["--env-kwargs", "renders nothing"]),
     (["--env-kwargs", "[1]"], ["--env-kwargs", "not a JSON object"]),
     (["--cached", "--env-kwargs", '{"g": 5.0}'], ["no cached probe results", "Pendulum-v1+"]),  # their own file
+    # where the report goes is tried before the measuring (until 2026-12-03 these were said after the minute of it)
+    (["--json", "{tmp}"], ["cannot write", "Is a directory", "pass --json with a writable path"]),
+    (["--json", "/proc/profile.json"], ["cannot write /proc/profile.json", "pass --json"]),
+    (["--logdir", "{tmp}/a_file"], ["cannot create an output folder under --logdir", "a_file"]),
 ])
 def test_profile_bad_input_is_one_line_and_exit_2(tmp_path, args, fragments):
-    proc = run_module("spreeze_like.profile", *args, "--logdir", str(tmp_path), xdg=tmp_path / "xdg")
+    (tmp_path / "a_file").write_text("")
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    proc = run_module("spreeze_like.profile", "--logdir", str(tmp_path), *args, xdg=tmp_path / "xdg")
     assert_one_line_error(proc, *fragments)
+    assert "steps/s" not in proc.stdout  # refused before any probe ran
     assert not list(tmp_path.glob("profile__*"))  # nothing written for a failed profile
 
 
