@@ -8,6 +8,8 @@ It loads the deterministic policy (:func:`spreeze_like.policy.load_policy`) and 
 on the env the trainer makes, one after another, printing each return and then the mean. The start
 states are the evaluator's by default (episode ``i`` resets with ``eval_seed(run seed, i)``), so on the
 checkpoint a run wrote at its end this repeats the run's final evaluation; ``--seed`` picks other ones.
+A run of your own env (``module:EnvId``) is evaluated with ``--env module:EnvId`` typed again: a checkpoint is
+data, and the module it names is imported only if you name it (:func:`spreeze_like.envs.refuse_unnamed_env_module`).
 Bad input (no such folder, no checkpoint, a corrupt or foreign file, a bad flag, an env that cannot
 be made) is one ``error: ...`` line and exit status 2. Nothing is written anywhere, except the video
 file that ``--video`` names (:mod:`spreeze_like.video`: every episode, one after another, for a machine
@@ -37,6 +39,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--episodes", type=int, default=10, help="whole episodes to run (default 10)")
     parser.add_argument("--seed", type=int, default=None,
                         help="reset episode i with seed SEED + i (default: the evaluator's start states of the run)")
+    parser.add_argument("--env", default=None, metavar="MODULE:ENV_ID",
+                        help="the run's own env (module:EnvId), named again: a checkpoint is data, and the module it "
+                             "names is imported only if you name it (default: the checkpoint's gymnasium id)")
     parser.add_argument("--render", choices=["human", "rgb_array"], default=None,
                         help="render mode of the env (human: a window, where the env and the display allow one)")
     parser.add_argument("--video", metavar="FILE", default=None,
@@ -112,7 +117,7 @@ def evaluate(args: argparse.Namespace) -> int:
 
         prefer_headless_gl()  # before MuJoCo is imported (by the first make_env)
         video = VideoFile(check_video_path(args.video))
-    policy = load_policy(args.path)
+    policy = load_policy(args.path, env=args.env)
     from spreeze_like.envs import made_with_kwargs
 
     made_with = made_with_kwargs(policy.env_kwargs)

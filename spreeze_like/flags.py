@@ -198,7 +198,11 @@ def parse_command_line(argv: list[str] | None = None) -> CommandLine:
         saved = load_json_file(saved_path)
         settings = settings_of(saved)
         coerce_fields(TrainConfig, settings, str(saved_path))
-        _refuse_saved_env_module(resume, settings.get("env"), typed=ns.get("env"))
+        from spreeze_like.envs import refuse_unnamed_env_module
+
+        saved_env = settings.get("env")
+        refuse_unnamed_env_module(saved_env, ns.get("env"), f"--resume {resume}: its config.json",
+                                  f"add --env {saved_env}")
         merged.update(settings)
         then = saved.get(SOURCES_KEY)
         sources.update({name: _resumed(then.get(name) if isinstance(then, dict) else None) for name in settings})
@@ -206,25 +210,6 @@ def parse_command_line(argv: list[str] | None = None) -> CommandLine:
     merged.update(ns)
     merged["resume"] = resume or ""
     return CommandLine(TrainConfig.from_dict(merged).validate(), sources, list_presets)
-
-
-def _refuse_saved_env_module(resume: str, saved_env: Any, typed: Any) -> None:
-    """A run folder is data, not code: its config.json's ``module:EnvId`` is imported only if typed again.
-
-    ``--env module:EnvId`` imports ``module`` (:func:`spreeze_like.envs.make_env`), and with ``python -m``
-    the current folder is on ``sys.path``; so ``cd RUN && python -m spreeze_like.run --resume .`` would
-    run any ``module.py`` that came with a downloaded or shared run folder (review finding 4). Typing
-    ``--env`` names the module yourself, as for a new run; a plain gymnasium id imports nothing.
-    """
-    if not isinstance(saved_env, str) or ":" not in saved_env or typed is not None:
-        return
-    module = saved_env.split(":", 1)[0].strip()
-    if module:
-        raise ConfigError(
-            f"--resume {resume}: its config.json names env {saved_env!r}, which would import the Python module "
-            f"{module!r}; a run folder is data, so its modules are imported only if you name the env yourself: add "
-            f"--env {saved_env} (after checking that {module!r} is the module you mean)"
-        )
 
 
 def _resumed(source_then: Any) -> str:

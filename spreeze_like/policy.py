@@ -94,9 +94,13 @@ def checkpoint_of(path: str | Path) -> Path:
     return found[-1]
 
 
-def load_policy(path: str | Path) -> Policy:
-    """The deterministic policy of a run folder (its newest checkpoint) or of a checkpoint file."""
-    from spreeze_like.envs import env_info
+def load_policy(path: str | Path, env: str | None = None) -> Policy:
+    """The deterministic policy of a run folder (its newest checkpoint) or of a checkpoint file.
+
+    ``env``: the env it was trained on, as the run's ``--env`` named it. Needed only where that is your own
+    ``module:EnvId``: a checkpoint is data, and its env's module is imported only if you name it (a ``module.py``
+    beside a downloaded run would run otherwise; review finding 4, as for ``--resume``)."""
+    from spreeze_like.envs import env_info, refuse_unnamed_env_module
 
     file = checkpoint_of(path)
     payload = load_checkpoint(file)
@@ -108,6 +112,11 @@ def load_policy(path: str | Path) -> Policy:
     except (KeyError, TypeError, ValueError) as exc:
         raise CheckpointError(f"{file} holds no actor ({type(exc).__name__}: {exc}); it is not a checkpoint of a "
                               "training run") from None
+    if env is not None and env != env_id:
+        raise CheckpointError(f"{file} is a policy for env {env_id!r}, not {env!r}; name the env it was trained on "
+                              "(or none, for a gymnasium id)")
+    refuse_unnamed_env_module(env_id, env, str(file), f"add --env {env_id} (in Python: load_policy(path, "
+                                                      f"env={env_id!r}))")
     info = env_info(env_id, env_kwargs)
     spec = AlgoSpec(algo=algo, obs_dim=info.obs_dim, act_dim=info.act_dim, hidden_sizes=hidden)
     actor = NumpyPolicy(spec)

@@ -63,7 +63,9 @@ def run(argv: list[str] | None) -> int:
         + (f" (stopped early: {result.stop_reason})" if result.stop_reason else "")
     )
     say(f"run folder: {result.run_dir}   (tensorboard --logdir {result.run_dir.parent})")
-    say(f"its policy: python -m spreeze_like.evaluate {result.run_dir}   (or spreeze_like.load_policy in Python)")
+    named = f" --env {config.env}" if ":" in config.env else ""  # its module is imported only if named again
+    say(f"its policy: python -m spreeze_like.evaluate {result.run_dir}{named}   (or spreeze_like.load_policy in "
+        "Python)")
     return 0
 
 

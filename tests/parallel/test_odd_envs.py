@@ -123,6 +123,8 @@ def test_an_env_raising_in_step_ends_a_serial_run_with_its_traceback_then_one_li
                              env={**cli_env(), "PYTHONPATH": pythonpath})
     assert resumed.returncode == 0, resumed.stdout[-3000:] + resumed.stderr[-3000:]
     assert "after 400 env steps" in resumed.stdout
+    # its closing line names the env again: evaluate imports a checkpoint's module only if named (finding 4)
+    assert f"its policy: python -m spreeze_like.evaluate {run_dir} --env {TINY}TinyFlaky-v0 " in resumed.stdout
 
 
 @pytest.mark.parametrize(

@@ -158,7 +158,7 @@ def test_an_env_that_says_nothing_has_no_success_rate(tmp_path):
 
 
 def test_the_policy_acts_on_the_unwrapped_envs_dicts_as_on_the_flat_vectors(goal_run):
-    policy = load_policy(goal_run[0].run_dir)
+    policy = load_policy(goal_run[0].run_dir, env=GOAL + "TinyGoal-v0")
     raw = gym.make("TinyGoal-v0")  # registered by make_env's import of trainer.goal_envs
     obs, _ = raw.reset(seed=5)
     flat = make_env(GOAL + "TinyGoal-v0")
@@ -172,7 +172,8 @@ def test_the_policy_acts_on_the_unwrapped_envs_dicts_as_on_the_flat_vectors(goal
 
 
 def test_evaluate_scores_it_from_the_command_line(goal_run):
-    out = subprocess.run([sys.executable, "-m", "spreeze_like.evaluate", str(goal_run[0].run_dir), "--episodes", "3"],
+    out = subprocess.run([sys.executable, "-m", "spreeze_like.evaluate", str(goal_run[0].run_dir), "--episodes", "3",
+                          "--env", GOAL + "TinyGoal-v0"],
                          capture_output=True, text=True, check=False, timeout=120,
                          env={**os.environ,
                               "PYTHONPATH": os.pathsep.join([TESTS_DIR, os.environ.get("PYTHONPATH", "")])})

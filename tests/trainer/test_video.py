@@ -42,7 +42,7 @@ def grey_levels(frames) -> list[int]:
 
 def test_a_gif_holds_every_episodes_frames(render_run, tmp_path, capsys):
     out = tmp_path / "policy.gif"
-    assert main([str(render_run), "--episodes", "2", "--video", str(out)]) == 0
+    assert main([str(render_run), "--episodes", "2", "--video", str(out), "--env", RENDER]) == 0
     printed = capsys.readouterr().out
     assert f"video: {out} (12 frames at 10 fps, 1.2 s)" in printed
     assert grey_levels(imageio.mimread(out)) == [0, 20, 40, 60, 80, 100] * 2
@@ -53,7 +53,7 @@ def test_a_gif_holds_every_episodes_frames(render_run, tmp_path, capsys):
                     reason="writing .mp4 needs imageio-ffmpeg (pip install -e '.[video]'); CI installs [test] only")
 def test_an_mp4_at_the_envs_frame_rate(render_run, tmp_path):
     out = tmp_path / "policy.mp4"
-    assert main([str(render_run), "--episodes", "2", "--video", str(out)]) == 0
+    assert main([str(render_run), "--episodes", "2", "--video", str(out), "--env", RENDER]) == 0
     reader = imageio.get_reader(out)
     try:
         assert reader.get_meta_data()["fps"] == 10.0 and reader.count_frames() == 12
@@ -78,7 +78,7 @@ def test_an_mp4_without_imageio_ffmpeg_is_one_line_before_the_policy_loads(tmp_p
 
 
 def test_an_interrupted_evaluation_leaves_no_file(render_run, tmp_path):
-    policy = load_policy(render_run)
+    policy = load_policy(render_run, env=RENDER)
     calls = 0
 
     def interrupted(obs):
@@ -131,7 +131,7 @@ def test_an_env_that_renders_no_frames_is_one_line(tmp_path):
                                     **{**TINY, "total_steps": 300, "learning_starts": 100}),
                 print_fn=lambda line: None).run_dir
     out = tmp_path / "walk.gif"
-    proc = evaluate_cli(str(run), "--video", str(out))
+    proc = evaluate_cli(str(run), "--video", str(out), "--env", "trainer.tiny_envs:TinyWalk-v0")
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and lines[-1].startswith("error: "), proc.stderr
     assert "renders nothing: its constructor takes no render_mode (asked for 'rgb_array')" in lines[-1]
