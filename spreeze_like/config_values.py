@@ -60,10 +60,32 @@ def check_env_kwargs(env_kwargs: Any, bad: Bad) -> None:
                                 "finite") from None
 
 
+# Values a field's declared type takes, for fields set from Python (the flags and config.json are parsed to these);
+# whole-number fields have their own checks below, with their ranges
+_KINDS: dict[str, tuple[tuple[type, ...], str]] = {
+    "float": ((int, float), "a number (a Python int or float: config.json holds it)"), "str": ((str,), "a string"), "bool": ((bool,), "True or False"),
+}
+
+
+def check_types(cfg: TrainConfig, bad: Bad) -> None:
+    """A float, string or bool field holding anything else (``train(gamma="0.99")`` was a TypeError traceback deep
+    in a range check; ``train(env=5)`` an AttributeError in the preset lookup)."""
+    for f in dataclasses.fields(cfg):
+        declared = str(f.type)
+        base = declared.removesuffix(" | None")
+        value = getattr(cfg, f.name)
+        if base not in _KINDS or (value is None and base != declared):
+            continue
+        kinds, words = _KINDS[base]
+        if not isinstance(value, kinds) or (isinstance(value, bool) and base != "bool"):
+            raise bad(f.name, f"must be {words}" + (" or None (auto)" if base != declared else ""))
+
+
 def check_values(cfg: TrainConfig, bad: Bad) -> None:
     """Refuse the first field of ``cfg`` whose value no run can take (``bad`` builds the error)."""
     if not isinstance(cfg.env, str) or not cfg.env.strip():
         raise bad("env", f"give a gymnasium env id such as {DEFAULT_ENV_ID}")
+    check_types(cfg, bad)
     check_env_kwargs(cfg.env_kwargs, bad)
     if cfg.algo not in ALGOS:
         raise bad("algo", f"choose one of {', '.join(ALGOS)}")

@@ -62,6 +62,7 @@ def train(
         spreeze_like.errors.SpreezeError: any bad input (config, preset file, env, logdir, checkpoint), one line.
     """
     config = dataclasses.replace(config or TrainConfig(), **overrides)  # type: ignore[arg-type]
+    config.validate()  # before the presets are looked up by its env, as the command line's parse does
     try:
         config, resolved, given, plan, run = _plan(config, print_fn, explicit, sources, overrides)
     except KeyboardInterrupt:  # in the autotune probe (60 s) or an env's import: say what there is to resume

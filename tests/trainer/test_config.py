@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
+import numpy as np
 import pytest
 
 from spreeze_like.config import TrainConfig
@@ -136,6 +138,26 @@ def test_invalid_values_raise_one_line_config_error(changes, flag):
     with pytest.raises(ConfigError) as info:
         dataclasses.replace(TrainConfig(), **changes).validate()
     assert flag in str(info.value) and "\n" not in str(info.value)
+
+
+@pytest.mark.parametrize("changes, said", [
+    ({"env": 5}, "--env 5 is invalid: give a gymnasium env id"),
+    ({"gamma": "0.99"}, "--gamma '0.99' is invalid: must be a number"),
+    ({"gamma": np.float32(0.99)}, "must be a number (a Python int or float"),  # json.dumps refused it at config.json
+    ({"tau": True}, "--tau True is invalid: must be a number"),
+    ({"actor_lr": "x"}, "must be a number (a Python int or float: config.json holds it) or None (auto)"),
+    ({"serial": "yes"}, "--serial 'yes' is invalid: must be True or False"),
+    ({"critic_device": 0}, "--critic-device 0 is invalid: must be a string"),
+])
+def test_a_python_value_of_the_wrong_type_is_one_line_from_train(tmp_path, changes, said):
+    """From Python, train() took these to a traceback (a TypeError in a range check, an AttributeError in the
+    preset lookup, json's TypeError when config.json was written after the run folder was made)."""
+    from spreeze_like.training import train
+
+    with pytest.raises(ConfigError, match=re.escape(said)):
+        train(logdir=str(tmp_path), **changes)
+    assert list(tmp_path.iterdir()) == []
+    assert dataclasses.replace(TrainConfig(), actor_lr=None, gamma=np.float64(0.9), tau=1).validate()  # these are fine
 
 
 def test_auto_actor_lr_is_the_presets():
