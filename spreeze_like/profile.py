@@ -20,8 +20,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import errno
-import os
 import sys
 import time
 from pathlib import Path
@@ -68,21 +66,10 @@ def _output_dir(logdir: str) -> Path:
 
 
 def _json_path(given: str | None, out_dir: Path) -> Path:
-    """Where the JSON goes (``--json``, else the output folder), its folder made; ConfigError (one line) where it
-    cannot be written."""
-    path = Path(given) if given else out_dir / "profile.json"
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        if path.is_dir():
-            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
-        existed = path.exists()
-        with open(path, "a"):  # tried, not asked of os.access (which says yes to root, even on /proc)
-            pass
-        if not existed:
-            path.unlink()
-    except OSError as exc:
-        raise ConfigError(f"cannot write {path}: {exc.strerror or exc}; pass --json with a writable path") from None
-    return path
+    """Where the JSON goes (``--json``, else the output folder), tried now (:func:`writable_file`)."""
+    from spreeze_like.write_guard import writable_file
+
+    return writable_file(Path(given) if given else out_dir / "profile.json", "--json")
 
 
 def run_settings(env: str, algo: str | None, hidden_sizes: list[int] | None,

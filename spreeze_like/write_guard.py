@@ -15,15 +15,24 @@ here: a checkpoint that cannot be written ends the run with one line (``checkpoi
 run that cannot checkpoint cannot be resumed.
 
 Owns nothing but its state; no file, no thread.
+
+:func:`writable_file` is the other side: a file the user names for a command's result (``profile --json``, a
+benchmark's ``--json``), tried before the minutes or hours of work that fill it, so that a typo in its folder
+is one line at the start and not a traceback at the end with the figures lost.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 from spreeze_like.console import say
+from spreeze_like.errors import ConfigError
 
 
 def _stderr(line: str) -> None:
@@ -33,6 +42,37 @@ def _stderr(line: str) -> None:
 def describe_os_error(exc: OSError) -> str:
     """``No space left on device`` (the errno text) rather than the full repr with the path."""
     return exc.strerror or str(exc) or type(exc).__name__
+
+
+def writable_file(path: str | Path, flag: str) -> Path:
+    """``path``, its folder made, after opening it for appending (not truncating; a file made by this is removed
+    again): ``os.access`` would say yes to root, even under /proc. ConfigError (one line naming ``flag``) where it
+    cannot be written: a folder, a file in its way, a read-only or full filesystem."""
+    out = Path(path)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if out.is_dir():
+            raise IsADirectoryError(errno.EISDIR, os.strerror(errno.EISDIR))
+        existed = out.exists()
+        with open(out, "a"):
+            pass
+        if not existed:
+            out.unlink()
+    except OSError as exc:
+        raise ConfigError(f"cannot write {out}: {describe_os_error(exc)}; pass {flag} with a writable path") from None
+    return out
+
+
+def tool_output(parser: Any, path: str | Path | None, flag: str = "--json") -> Path | None:
+    """A benchmark tool's output file (None where not given), tried before the tool measures: else one ``error:``
+    line and exit status 2 (``parser.exit``, the tool's argparse parser), as :func:`spreeze_like.envs.tool_env`
+    does for its env. Before, each tool wrote its JSON at the end: a soak's half hour, then a traceback."""
+    if not path:
+        return None
+    try:
+        return writable_file(path, flag)
+    except ConfigError as exc:
+        parser.exit(2, f"error: {exc}\n")
 
 
 class WriteGuard:

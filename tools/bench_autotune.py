@@ -72,6 +72,7 @@ from spreeze_like.config_fields import json_object
 from spreeze_like.envs import env_info
 from spreeze_like.errors import SpreezeError
 from spreeze_like.ipc.lifetime import launcher_env
+from spreeze_like.write_guard import tool_output
 
 __all__ = ["ACCEPT", "compare", "main", "merge", "report"]
 
@@ -256,6 +257,7 @@ def main(argv: list[str] | None = None) -> int:
                         help="keyword arguments of gymnasium.make for every run's env and the random policy's "
                              "(the CLI's --env-kwargs), e.g. '{\"ctrl_cost_weight\": 0.002}'")
     args = parser.parse_args(argv)
+    tool_output(parser, args.json)  # tried now, not after the measuring
     if args.report:
         try:
             report(merge([json.loads(Path(p).read_text()) for p in args.report]))

@@ -39,6 +39,7 @@ from bench_precision import add_step_args, random_batch, time_steps
 from spreeze_like.algos import make_actor_part, make_critic_part
 from spreeze_like.algos.base import AlgoSpec
 from spreeze_like.devices import cpu_has_native_bf16
+from spreeze_like.write_guard import tool_output
 
 
 class CompiledStep:
@@ -100,6 +101,7 @@ def main() -> None:
     parser.add_argument("--mode", default=None, help="torch.compile mode (default: inductor's default)")
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args()
+    tool_output(parser, args.json)  # tried now, not after the measuring
     torch.set_num_threads(1)
     precisions = args.precision or (["bf16"] if cpu_has_native_bf16() else ["fp32"])
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())

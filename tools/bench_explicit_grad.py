@@ -40,6 +40,7 @@ from bench_precision import random_batch, time_steps
 from spreeze_like.algos import make_actor_part, make_critic_part
 from spreeze_like.algos.base import AlgoSpec
 from spreeze_like.algos.crossq_critic import BatchRenorm
+from spreeze_like.write_guard import tool_output
 
 # (hidden, batch, obs_dim, act_dim): RLtools' Pendulum sizes, our Pendulum preset, SB3's, HalfCheetah's
 DEFAULT_SIZES = ("64x64@100:3:1", "96x96@256:3:1", "256x256@256:3:1", "256x256@256:17:6")
@@ -114,6 +115,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--json", type=Path, default=None, help="also write the rows here")
     args = parser.parse_args()
+    tool_output(parser, args.json)  # tried now, not after the measuring
     from spreeze_like.cpu_math import set_learner_math
 
     set_learner_math(1)  # one thread, subnormals flushed: as the learners run

@@ -36,6 +36,7 @@ from bench_learner_rate import result_of
 from scratch import runs_folder
 
 from spreeze_like.envs import tool_env
+from spreeze_like.write_guard import tool_output
 
 SIDES = ("off", "on")
 
@@ -166,6 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default="", help="also write the results to this file")
     parser.add_argument("--logdir", default="", help="keep the runs here (default: a scratch folder)")
     args = parser.parse_args(argv)
+    tool_output(parser, args.json)  # tried now, not after the measuring
     if args.window < 1 or min(args.points) < 0 or args.total_steps < 0 or args.eval_every < 1 or min(args.seeds) < 0:
         parser.exit(2, "error: --window and --eval-every need whole numbers >= 1, --points, --total-steps and --seeds "
                        ">= 0\n")

@@ -41,6 +41,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from spreeze_like.write_guard import tool_output
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools"))
 
@@ -220,6 +222,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--sections", nargs="+", default=list(SECTIONS), choices=SECTIONS)
     parser.add_argument("--json", default="bench_gpu.json", help="where to write the figures")
     args = parser.parse_args(argv)
+    tool_output(parser, args.json)  # tried now, not after the measuring
     from spreeze_like.devices import tool_device
 
     device = tool_device(parser, args.device)

@@ -31,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from spreeze_like.ipc import Ring, child_setup, new_run_id, segment_name, sweep_dead_segments
+from spreeze_like.write_guard import tool_output
 
 WIDTH = 42
 RECORD_BYTES = WIDTH * 4
@@ -176,6 +177,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3, help="runs per configuration; the median is reported")
     parser.add_argument("--json", default="", help="also write the results to this file")
     args = parser.parse_args()
+    tool_output(parser, args.json)  # tried now, not after the measuring
     if args.repeats < 1 or args.scale <= 0:
         parser.error("--repeats must be >= 1 and --scale > 0")
     scale = 0.1 if args.quick else args.scale

@@ -40,6 +40,8 @@ from typing import Any
 import numpy as np
 from scratch import runs_folder
 
+from spreeze_like.write_guard import tool_output
+
 
 class _PublishingSource:
     """A weights source that has a new version at every look, as a busy actor learner's board has."""
@@ -170,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default="", help="also write the results to this file")
     parser.add_argument("--logdir", default="", help="keep the runs here (default: a scratch folder, removed at the end)")
     args = parser.parse_args(argv)
+    tool_output(parser, args.json)  # tried now, not after the measuring
     from spreeze_like.devices import tool_device
     from spreeze_like.envs import tool_env
     from spreeze_like.errors import SpreezeError

@@ -45,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ray_cluster
 
 from spreeze_like.ipc.lifetime import launcher_env
+from spreeze_like.write_guard import tool_output
 
 SLOW_ENV = "spreeze_like.slow_envs:SlowPendulum-v1"
 LOW_UTD = "0.05"
@@ -244,6 +245,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--workdir", type=Path, help="keep the run folders here (default: a temp folder, removed)")
     args = parser.parse_args(argv)
+    tool_output(parser, args.json)  # tried now, not after the measuring
     if not ray_cluster.in_private_netns():
         reason = ray_cluster.netns_unavailable_reason()
         if reason:

@@ -34,6 +34,7 @@ from spreeze_like.checkpoint import load_latest
 from spreeze_like.envs import tool_env
 from spreeze_like.ipc.lifetime import launcher_env
 from spreeze_like.replay.persist import replay_folders
+from spreeze_like.write_guard import tool_output
 
 
 def cli(args: list[str], log: Path) -> float:
@@ -122,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", default="", metavar="PATH", help="also write the results here")
     parser.add_argument("--logdir", default="", help="keep the runs here (default: a scratch folder, removed at the end)")
     args = parser.parse_args(argv)
+    tool_output(parser, args.json)  # tried now, not after the measuring
     tool_env(parser, args.env)
     if not 0 < args.first < args.total:
         print("error: --first must be > 0 and below --total", file=sys.stderr)

@@ -34,6 +34,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from spreeze_like.write_guard import tool_output
+
 QUICK_SECONDS = 1.0
 QUICK_KS = (1, 4, 16)
 
@@ -110,6 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                         help=f"K {' '.join(map(str, QUICK_KS))}, {QUICK_SECONDS:g} s per point, one window: "
                              "under a minute on a 16-core machine")
     args = parser.parse_args(argv)
+    tool_output(parser, args.json)  # tried now, not after the measuring
     if args.quick:
         args.ks, args.seconds, args.repeats = list(QUICK_KS), QUICK_SECONDS, 1
     procs = args.procs or sampler_counts(cores)

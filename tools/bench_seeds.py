@@ -37,6 +37,7 @@ from spreeze_like.curves import read_curves
 from spreeze_like.errors import SpreezeError
 from spreeze_like.ipc.lifetime import launcher_env
 from spreeze_like.seeds_cli import checked_run_config, parse_seed_list
+from spreeze_like.write_guard import tool_output
 
 MODES = ("loop", "seeds", "seeds-serial")
 QUIET = ["--log-interval", "0"]
@@ -76,6 +77,7 @@ def main() -> None:
                         "removed at the end)")
     parser.add_argument("run_args", nargs="*", help="python -m spreeze_like.run flags for every run (after --)")
     args = parser.parse_args()
+    tool_output(parser, args.json)  # tried now, not after the measuring
     try:  # the seeds, the run flags and the env, as the seeds command checks them: one line now, not a failed run
         seeds = parse_seed_list(args.seeds)
         checked_run_config(args.run_args)

@@ -42,6 +42,7 @@ from pathlib import Path
 from scratch import runs_folder
 
 from spreeze_like.envs import tool_env
+from spreeze_like.write_guard import tool_output
 
 ROLE_PHASES = ("t_exec", "t_main", "t_imported", "t_ready", "t_data", "t_first")
 ROLE_ORDER = ("critic-learner", "actor-learner", "sampler-0", "evaluator", "monitor")
@@ -118,6 +119,7 @@ def main() -> None:
     parser.add_argument("--json", default=None, help="also write every run's phases and the medians here")
     parser.add_argument("run_args", nargs="*", help="after --: more flags for every run")
     args = parser.parse_args()
+    tool_output(parser, args.json)  # tried now, not after the measuring
     if args.repeats < 1 or args.total_steps < 1 or args.timeout <= 0:
         parser.error("--repeats and --total-steps must be >= 1, --timeout > 0 seconds")
     tool_env(parser, args.env)

@@ -92,6 +92,7 @@ from spreeze_like.config_fields import json_object
 from spreeze_like.envs import env_info
 from spreeze_like.errors import ConfigError, SpreezeError
 from spreeze_like.rundir import write_text_atomic
+from spreeze_like.write_guard import tool_output
 
 # env -> (threshold_train, threshold_eval, learning_starts, peers' learning rate, total steps, eval_every)
 ENV_DEFAULTS: dict[str, tuple[float, float, int, float, int, int]] = {
@@ -218,6 +219,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         type=lambda s: (s.split("=", 1)[0], json.loads(s.split("=", 1)[1])),
                         help="extra TrainConfig fields for ours, key=json")
     args = parser.parse_args(argv)
+    tool_output(parser, args.json)  # tried now, not after the measuring
     for key, flag in (("env_kwargs", "--env-kwargs"), ("her_goals", "--her-goals"), ("her_strategy", "--her-strategy")):
         if any(k == key for k, _ in args.set):
             raise ConfigError(f"--set {key}=... would reach ours only: give {flag}, which every run gets")

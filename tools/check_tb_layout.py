@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from spreeze_like.roles.monitor import SCALARS_LAYOUT
+from spreeze_like.write_guard import tool_output
 
 CHROMIUM_NAMES = ("chromium", "chromium-browser", "google-chrome")
 # Flags for a headless Chromium run as root on a machine without network (each is needed there:
@@ -179,6 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget-ms", type=int, default=20000,
                         help="Chromium's virtual-time budget for the page to load and draw (default 20000)")
     args = parser.parse_args(argv)
+    tool_output(parser, args.output, "-o")  # tried now, not after the measuring
     try:
         chromium = find_chromium()
         size = parse_size(args.window_size)

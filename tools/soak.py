@@ -57,6 +57,7 @@ from spreeze_like.ipc.lifetime import launcher_env
 from spreeze_like.ipc.naming import list_our_files, pid_alive
 from spreeze_like.procs import pacing
 from spreeze_like.procs.evaluator_proc import read_results
+from spreeze_like.write_guard import tool_output
 
 SIGTERM_EXIT = 128 + signal.SIGTERM
 
@@ -253,6 +254,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--logdir", default="", help="where the runs go (default: a new folder under /tmp)")
     parser.add_argument("--json", default="", help="also write the report as JSON to this file")
     args = parser.parse_args(argv)
+    tool_output(parser, args.json)  # tried now, not after the measuring
     if min(args.minutes, args.kill_every) <= 0 or min(args.samplers, args.eval_every) < 1:
         parser.exit(2, "error: --minutes and --kill-every need a time > 0, --samplers and --eval-every a whole number "
                        ">= 1\n")

@@ -84,3 +84,23 @@ def test_a_result_put_just_before_the_child_exits_is_still_taken(result_of):
     proc.start()
     proc.join()  # the child is gone before the wait starts: its result must still be read
     assert result_of(proc, queue, 60) == {"rate": 1.5}
+
+
+JSON_TOOLS = ("bench_autotune", "bench_cpu_compile", "bench_explicit_grad", "bench_flush_denormal", "bench_gpu",
+              "bench_ipc", "bench_learner_rate", "bench_remote", "bench_resume", "bench_sampler", "bench_seeds",
+              "bench_startup", "bench_vs_sb3", "soak")
+
+
+@pytest.mark.parametrize("tool", JSON_TOOLS + ("check_tb_layout",))
+def test_an_output_file_that_cannot_be_written_is_one_line_before_the_measuring(tool, tmp_path):
+    """Found on 2026-12-03: each tool wrote its --json at the end, so a folder given as the file (or a path under
+    /proc) was a traceback after the measuring: a soak's half hour, bench_vs_sb3 after its first run."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    flag = "-o" if tool == "check_tb_layout" else "--json"
+    done = subprocess.run([sys.executable, f"tools/{tool}.py", flag, str(tmp_path)], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, env={**os.environ, "TMPDIR": str(temp)}, check=False)
+    assert done.returncode == 2, done.stderr[-3000:]
+    said = f"error: cannot write {tmp_path}: Is a directory; pass {flag} with a writable path"
+    assert done.stderr.splitlines() == [said], done.stderr[-3000:]
+    assert done.stdout == "" and list(temp.iterdir()) == []
