@@ -63,7 +63,9 @@ def check_env_kwargs(env_kwargs: Any, bad: Bad) -> None:
 # Values a field's declared type takes, for fields set from Python (the flags and config.json are parsed to these);
 # whole-number fields have their own checks below, with their ranges
 _KINDS: dict[str, tuple[tuple[type, ...], str]] = {
-    "float": ((int, float), "a number (a Python int or float: config.json holds it)"), "str": ((str,), "a string"), "bool": ((bool,), "True or False"),
+    "float": ((int, float), "a number (a Python int or float: config.json holds it)"),
+    "str": ((str,), "a string"),
+    "bool": ((bool,), "True or False"),
 }
 
 

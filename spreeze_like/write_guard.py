@@ -47,7 +47,7 @@ def describe_os_error(exc: OSError) -> str:
 def writable_file(path: str | Path, flag: str) -> Path:
     """``path``, its folder made, after opening it for appending (not truncating; a file made by this is removed
     again): ``os.access`` would say yes to root, even under /proc. ConfigError (one line naming ``flag``) where it
-    cannot be written: a folder, a file in its way, a read-only or full filesystem."""
+    cannot be written: a folder, a file in its way, no such place, a read-only filesystem."""
     out = Path(path)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
