@@ -22,11 +22,11 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
-from typing import TextIO
+from typing import NoReturn, TextIO
 
 from spreeze_like.errors import SpreezeError
 
-__all__ = ["CLOSED_NOTE", "UNWRITABLE_NOTE", "exit_status", "flush_stdout", "say"]
+__all__ = ["CLOSED_NOTE", "UNWRITABLE_NOTE", "exit_status", "flush_stdout", "run_tool", "say"]
 
 CLOSED_NOTE = ("[spreeze] stdout is closed (the reader of the pipe quit): console lines from here on are dropped; "
                "TensorBoard and the run folder keep the record")
@@ -64,6 +64,18 @@ def exit_status(body: Callable[[], int], interrupted: str = "interrupted") -> in
         except KeyboardInterrupt as exc:
             say(str(exc) or interrupted, file=sys.stderr)
             return 128 + signal.SIGTERM if sigterm.raised else 130
+
+
+def run_tool(main: Callable[[], object]) -> NoReturn:
+    """A benchmark tool's ``__main__``: exits with :func:`exit_status` of ``main()`` (its int, or 0 for the figures
+    a tool returns). Ctrl-C and SIGTERM then run the tool's ``finally`` clauses (its children stopped, a scratch
+    folder named) and end in one line, where they were a traceback or, for SIGTERM, an exit with nothing said."""
+
+    def body() -> int:
+        status = main()
+        return status if isinstance(status, int) else 0
+
+    sys.exit(exit_status(body))
 
 
 @dataclasses.dataclass

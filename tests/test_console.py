@@ -194,3 +194,37 @@ def _no_escape(exit_status, body) -> int:
         return exit_status(body)
     except KeyboardInterrupt:
         pytest.fail("KeyboardInterrupt escaped exit_status: a traceback for the user")
+
+
+RUN_TOOL = """
+import os, signal, sys, time
+from spreeze_like.console import run_tool
+from spreeze_like.errors import ConfigError
+
+def main():
+    what = sys.argv[1]
+    if what == "figures":
+        return {"rate": 1.0}  # a tool's figures: exit status 0, not sys.exit(dict)'s 1 and a printed dict
+    if what == "bad":
+        raise ConfigError("--x 0: give at least 1")
+    try:
+        os.kill(os.getpid(), signal.SIGTERM if what == "term" else signal.SIGINT)
+        time.sleep(5)
+    finally:
+        print("cleaned up", flush=True)
+
+run_tool(main)
+"""
+
+
+@pytest.mark.parametrize("what, status, err, out", [
+    ("figures", 0, "", ""), ("bad", 2, "error: --x 0: give at least 1\n", ""),
+    ("term", 143, "interrupted\n", "cleaned up\n"), ("int", 130, "interrupted\n", "cleaned up\n")])
+def test_a_tools_main_ends_in_one_line_with_its_cleanup_run(tmp_path, what, status, err, out):
+    """The benchmark tools' ``__main__`` (console.run_tool). Before 2026-12-03 a Ctrl-C was a traceback, a SIGTERM
+    ended the tool on the spot with its ``finally`` clauses skipped (bench_parallel_vs_serial's scratch folder kept
+    with nothing said), and three tools each had their own error handler."""
+    script = tmp_path / "tool.py"
+    script.write_text(RUN_TOOL)
+    done = subprocess.run([sys.executable, str(script), what], capture_output=True, text=True, timeout=60, check=False)
+    assert (done.returncode, done.stderr, done.stdout) == (status, err, out)

@@ -69,6 +69,7 @@ if TOOLS_DIR not in sys.path:  # autotune_grid_report beside this file (also whe
 from autotune_grid_report import ACCEPT, compare, median_row, merge, report
 
 from spreeze_like.config_fields import json_object
+from spreeze_like.console import run_tool
 from spreeze_like.envs import env_info
 from spreeze_like.errors import SpreezeError
 from spreeze_like.ipc.lifetime import launcher_env
@@ -368,4 +369,4 @@ def _slug(name: str) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_tool(main)

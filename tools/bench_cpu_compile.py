@@ -38,6 +38,7 @@ from bench_precision import add_step_args, random_batch, time_steps
 
 from spreeze_like.algos import make_actor_part, make_critic_part
 from spreeze_like.algos.base import AlgoSpec
+from spreeze_like.console import run_tool
 from spreeze_like.devices import cpu_has_native_bf16
 from spreeze_like.write_guard import tool_output
 
@@ -114,4 +115,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

@@ -42,6 +42,7 @@ from spreeze_like.algos import make_actor_part, make_critic_part
 from spreeze_like.algos.base import AlgoSpec, Batch
 from spreeze_like.algos.crossq_critic import BatchRenorm, commit_statistics
 from spreeze_like.algos.networks import FP32Linear, StackedQ, mlp
+from spreeze_like.console import run_tool
 from spreeze_like.devices import tool_device
 
 VIEW_OPS = frozenset({"t", "detach", "view", "unsqueeze", "squeeze", "expand", "unbind", "select", "_unsafe_view",
@@ -183,4 +184,4 @@ def main(argv: Sequence[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

@@ -40,6 +40,7 @@ from bench_precision import random_batch, time_steps
 from spreeze_like.algos import make_actor_part, make_critic_part
 from spreeze_like.algos.base import AlgoSpec
 from spreeze_like.algos.crossq_critic import BatchRenorm
+from spreeze_like.console import run_tool
 from spreeze_like.write_guard import tool_output
 
 # (hidden, batch, obs_dim, act_dim): RLtools' Pendulum sizes, our Pendulum preset, SB3's, HalfCheetah's
@@ -50,8 +51,20 @@ def parse_size(text: str) -> tuple[tuple[int, ...], int, int, int]:
     """``64x64@100`` (Pendulum's 3 obs and 1 action dims), or ``256x256@256:17:6`` (obs and action dims)."""
     layers, _, rest = text.partition("@")
     batch, *dims = rest.split(":")
-    obs_dim, act_dim = (int(d) for d in dims) if dims else (3, 1)
-    return tuple(int(w) for w in layers.split("x")), int(batch), obs_dim, act_dim
+    try:  # an argparse type: a size it cannot read is argparse's one error line, not a ValueError mid-measuring
+        obs_dim, act_dim = (int(d) for d in dims) if len(dims) == 2 else (3, 1) if not dims else (0, 0)
+        size = tuple(int(w) for w in layers.split("x")), int(batch), obs_dim, act_dim
+    except ValueError:
+        size = ((0,), 0, 0, 0)
+    if min(*size[0], *size[1:]) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not HIDDENxHIDDEN@BATCH[:OBS:ACT], e.g. 256x256@256:17:6")
+    return size
+
+
+def checked_size(text: str) -> str:
+    """``--sizes``' argparse type: the text, once :func:`parse_size` reads it."""
+    parse_size(text)
+    return text
 
 
 def largest_grad_difference(a, b) -> float:
@@ -109,7 +122,7 @@ def measure(algo: str, size: str, steps: int, rounds: int, phase: str = "") -> l
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--algos", nargs="+", default=["sac", "td3", "ddpg"], choices=["sac", "td3", "ddpg", "crossq"])
-    parser.add_argument("--sizes", nargs="+", default=list(DEFAULT_SIZES),
+    parser.add_argument("--sizes", nargs="+", type=checked_size, default=list(DEFAULT_SIZES),
                         help="HIDDENxHIDDEN@BATCH[:OBS:ACT] (default: %(default)s)")
     parser.add_argument("--steps", type=int, default=200, help="timed steps per round and side")
     parser.add_argument("--rounds", type=int, default=3)
@@ -139,4 +152,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

@@ -35,6 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_learner_rate import result_of
 from scratch import runs_folder
 
+from spreeze_like.console import run_tool
 from spreeze_like.envs import tool_env
 from spreeze_like.write_guard import tool_output
 
@@ -186,4 +187,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_tool(main)

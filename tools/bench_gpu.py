@@ -41,6 +41,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from spreeze_like.console import run_tool
 from spreeze_like.write_guard import tool_output
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -258,4 +259,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

@@ -30,6 +30,7 @@ from typing import Any
 
 import numpy as np
 
+from spreeze_like.console import run_tool
 from spreeze_like.ipc import Ring, child_setup, new_run_id, segment_name, sweep_dead_segments
 from spreeze_like.write_guard import tool_output
 
@@ -235,4 +236,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

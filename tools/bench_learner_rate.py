@@ -32,7 +32,6 @@ import multiprocessing
 import os
 import queue as queue_module
 import statistics
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -40,6 +39,7 @@ from typing import Any
 import numpy as np
 from scratch import runs_folder
 
+from spreeze_like.console import run_tool
 from spreeze_like.write_guard import tool_output
 
 
@@ -182,7 +182,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.exit(2, "error: --alone-seconds needs a time > 0 and --repeats a whole number >= 1\n")
     tool_env(parser, args.env)
     try:  # the run settings, as the trainer checks them: one line now, before a folder or a process exists
-        run_config(args, "")
+        run_config(args, args.logdir or "scratch")  # a logdir to check with: the scratch folder is made later
     except SpreezeError as exc:
         parser.exit(2, f"error: {exc}\n")
 
@@ -244,4 +244,4 @@ def bench(args: argparse.Namespace, logdir: str) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_tool(main)

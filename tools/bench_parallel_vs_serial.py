@@ -18,13 +18,12 @@ import dataclasses
 import json
 import os
 import statistics
-import sys
 
 from scratch import runs_folder
 
 from spreeze_like.config import TrainConfig
+from spreeze_like.console import run_tool
 from spreeze_like.envs import tool_env
-from spreeze_like.errors import SpreezeError
 from spreeze_like.training import train
 
 
@@ -80,8 +79,4 @@ def bench(args: argparse.Namespace, extra: dict, logdir: str) -> None:
 
 
 if __name__ == "__main__":
-    try:
-        main()
-    except SpreezeError as exc:  # a bad --algo or --set value: one line, as the trainer's own CLI says it
-        print(f"error: {exc}", file=sys.stderr)
-        sys.exit(exc.exit_code)
+    run_tool(main)

@@ -26,6 +26,7 @@ import torch
 
 from spreeze_like.algos import make_actor_part, make_critic_part
 from spreeze_like.algos.base import AlgoSpec, Batch
+from spreeze_like.console import run_tool
 from spreeze_like.devices import cpu_has_native_bf16, tool_device
 
 
@@ -104,4 +105,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

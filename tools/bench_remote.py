@@ -44,6 +44,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ray_cluster
 
+from spreeze_like.console import run_tool
 from spreeze_like.ipc.lifetime import launcher_env
 from spreeze_like.write_guard import tool_output
 
@@ -271,4 +272,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_tool(main)

@@ -29,6 +29,7 @@ for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ.setdefault(_var, "1")  # before numpy/torch load: no BLAS threads spinning on 2 cores
 
 import argparse
+import importlib.util
 import multiprocessing as mp
 import platform
 import sys
@@ -38,6 +39,7 @@ from collections.abc import Callable
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from spreeze_like.console import run_tool
 from spreeze_like.replay import DEFAULT_K
 from tools.bench_replay_peers import CpprbPeer, OursPeer, TorchRLPeer, inserter_main
 
@@ -157,6 +159,9 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="fewer repeats (a smoke run, not for BENCHMARKS.md)")
     ap.add_argument("--without-torchrl", action="store_true", help="run without TorchRL (printed in the output)")
     args = ap.parse_args()
+    if importlib.util.find_spec("cpprb") is None:  # the peer: one line before the header, not an ImportError later
+        ap.exit(2, "error: cpprb, the peer this benchmark measures against, is not installed: "
+                   "pip install -e \".[bench]\"\n")
     rounds = 3 if args.quick else 10
     import torch
 
@@ -273,4 +278,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_tool(main)

@@ -31,6 +31,7 @@ from typing import Any
 from scratch import runs_folder
 
 from spreeze_like.checkpoint import load_latest
+from spreeze_like.console import run_tool
 from spreeze_like.envs import tool_env
 from spreeze_like.ipc.lifetime import launcher_env
 from spreeze_like.replay.persist import replay_folders
@@ -150,4 +151,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_tool(main)

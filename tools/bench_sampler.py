@@ -34,6 +34,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from spreeze_like.console import run_tool
 from spreeze_like.write_guard import tool_output
 
 QUICK_SECONDS = 1.0
@@ -158,4 +159,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_tool(main)

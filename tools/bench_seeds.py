@@ -33,6 +33,7 @@ from pathlib import Path
 
 from scratch import runs_folder
 
+from spreeze_like.console import run_tool
 from spreeze_like.curves import read_curves
 from spreeze_like.errors import SpreezeError
 from spreeze_like.ipc.lifetime import launcher_env
@@ -113,4 +114,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

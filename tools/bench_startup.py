@@ -41,6 +41,7 @@ from pathlib import Path
 
 from scratch import runs_folder
 
+from spreeze_like.console import run_tool
 from spreeze_like.envs import tool_env
 from spreeze_like.write_guard import tool_output
 
@@ -144,4 +145,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

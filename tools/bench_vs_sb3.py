@@ -89,8 +89,9 @@ from peers_runners import DEFAULT_PEERS, PEERS, peer_gamma, run_peer, run_peer_c
 
 from spreeze_like.autotune.hardware import cpu_model, driver_gpu_models, usable_cores
 from spreeze_like.config_fields import json_object
+from spreeze_like.console import run_tool
 from spreeze_like.envs import env_info
-from spreeze_like.errors import ConfigError, SpreezeError
+from spreeze_like.errors import ConfigError
 from spreeze_like.rundir import write_text_atomic
 from spreeze_like.write_guard import tool_output
 
@@ -364,13 +365,5 @@ def write_curves_and_png(records: list[RunRecord], args: argparse.Namespace) -> 
         print(f"curves PNG: {png}")
 
 
-def cli() -> None:
-    try:
-        main()
-    except SpreezeError as exc:  # bad input (a device this machine lacks, a peer not installed): one line
-        print(f"error: {exc}", file=sys.stderr)
-        raise SystemExit(exc.exit_code) from None
-
-
 if __name__ == "__main__":
-    cli()
+    run_tool(main)

@@ -39,6 +39,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+from spreeze_like.console import run_tool
 from spreeze_like.roles.monitor import SCALARS_LAYOUT
 from spreeze_like.write_guard import tool_output
 
@@ -225,4 +226,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    run_tool(main)

@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from spreeze_like.console import run_tool
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
@@ -73,4 +75,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    run_tool(main)

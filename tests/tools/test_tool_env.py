@@ -9,6 +9,8 @@ line (its own check returns 2 from ``main``, which its in-process tests call), a
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import multiprocessing
 import os
 import subprocess
@@ -43,7 +45,7 @@ def test_an_unknown_env_is_one_line_and_exit_2_before_anything_is_made(tool, tmp
     ["tools/bench_learner_rate.py", "--alone-seconds", "-1"], ["tools/bench_learner_rate.py", "--total-steps", "0"],
     ["tools/bench_flush_denormal.py", "--window", "0"], ["tools/bench_startup.py", "--timeout", "-1"],
     ["tools/bench_ipc.py", "--repeats", "0"], ["tools/bench_resume.py", "--seeds", "-3"],
-    ["tools/soak.py", "--minutes", "-1"]])
+    ["tools/soak.py", "--minutes", "-1"], ["tools/bench_explicit_grad.py", "--sizes", "32"]])
 def test_a_number_out_of_range_is_an_error_line_and_exit_2_before_anything_is_made(args, tmp_path):
     """Before 2026-12-03 each of these ended in a traceback (a division by zero, an empty median, a timeout of
     -1 s), after making a scratch folder or, for the soak, after starting two runs it then left running."""
@@ -104,3 +106,28 @@ def test_an_output_file_that_cannot_be_written_is_one_line_before_the_measuring(
     said = f"error: cannot write {tmp_path}: Is a directory; pass {flag} with a writable path"
     assert done.stderr.splitlines() == [said], done.stderr[-3000:]
     assert done.stdout == "" and list(temp.iterdir()) == []
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cpprb") is not None, reason="cpprb is installed here (the [bench] extra)")
+def test_bench_replay_without_its_peer_is_one_line():
+    """It was an ImportError traceback after its header; cpprb is the [bench] extra's."""
+    done = subprocess.run([sys.executable, "tools/bench_replay.py", "--quick"], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120, check=False)
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == ('error: cpprb, the peer this benchmark measures against, is not installed: pip install -e '
+                           '".[bench]"\n')
+
+
+def test_bench_learner_rate_runs_in_its_scratch_folder(tmp_path):
+    """Its settings check of 2026-12-03 (morning) validated them with the logdir "", so every call without --logdir
+    ended in "error: --logdir '' is invalid" before measuring anything; no test ran the tool with good input."""
+    temp = tmp_path / "temp"
+    temp.mkdir()
+    out = tmp_path / "rate.json"
+    done = subprocess.run([sys.executable, "tools/bench_learner_rate.py", "--total-steps", "1200", "--learning-starts",
+                           "400", "--batch-size", "32", "--hidden-sizes", "16", "16", "--alone-seconds", "0.5",
+                           "--feeders", "inline", "--json", str(out)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=240, env={**os.environ, "TMPDIR": str(temp)}, check=False)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    assert "median ratio in run / alone (inline)" in done.stdout
+    assert json.loads(out.read_text())["runs"] and list(temp.iterdir()) == []  # the scratch folder removed
