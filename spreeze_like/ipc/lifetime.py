@@ -11,7 +11,9 @@ the parent's *normal* exit path. Every child of the supervisor therefore calls
 - Elsewhere, a daemon thread polls ``getppid()`` twice a second and exits the process when the
   parent is gone (the keep-alive fallback).
 - Children ignore SIGINT: Ctrl-C reaches the whole process group, and the supervisor alone decides
-  how to shut down (it tells children to stop through shared state or terminates them).
+  how to shut down (it tells children to stop through shared state or terminates them). The
+  supervisor's roles ignore SIGTERM too, for the same reason (a scheduler's SIGTERM to the group), and
+  are told to exit now by :data:`ROLE_STOP_SIGNAL` (procs/children.py).
 
 Children only attach to shared memory, so dying abruptly leaves nothing behind; the supervisor
 (or, if it died too, the next start's sweep) unlinks the segments.
@@ -29,6 +31,7 @@ import time
 from collections.abc import Mapping
 
 PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+ROLE_STOP_SIGNAL = signal.SIGUSR1  # the supervisor's "exit now" to a role past its exit deadline
 EXIT_PARENT_GONE = 70  # exit status of a child whose parent died before it could arm the signal
 
 

@@ -9,10 +9,16 @@ what its env starts inherits it: once the child is gone, those processes are SIG
 (:mod:`~spreeze_like.procs.descendants`). Children stay in the supervisor's process group, so
 Ctrl-Z and ``kill -STOP -<pgid>`` pause the whole run.
 
-A child is started with SIGINT ignored from its very first instruction: the disposition
+A child is started with SIGINT and SIGTERM ignored from its very first instruction: the disposition
 ``SIG_IGN`` survives ``exec``, so a Ctrl-C that reaches the whole process group while a child is
 still importing torch cannot kill it with a traceback; the supervisor alone turns Ctrl-C into an
-orderly stop. (A blocked signal mask would not help: the spawn start method resets it.)
+orderly stop. (A blocked signal mask would not help: the spawn start method resets it.) SIGTERM
+likewise: SLURM at a job's time limit, systemd's default ``KillMode=control-group`` and ``kill -TERM
+-<pgid>`` send it to every process of the run at once, and until 2026-12-03 the learners died of it
+(``actor-learner (pid N) died (exit status 143); the run stopped; no checkpoint was written``, exit 1)
+where the run should stop in order as for a SIGTERM to the supervisor. The supervisor's own "exit now"
+to a child past its deadline is therefore :data:`~spreeze_like.ipc.lifetime.ROLE_STOP_SIGNAL` (SIGUSR1),
+which :func:`~spreeze_like.procs.control.child_main` unwinds like an exception.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from collections.abc import Callable, Iterator
 from multiprocessing.context import BaseContext
 from typing import Any
 
+from spreeze_like.ipc.lifetime import ROLE_STOP_SIGNAL
 from spreeze_like.procs.control import ChildArgs, child_main, take_traceback
 from spreeze_like.procs.descendants import TAG_VAR, kill_tagged, role_tag
 from spreeze_like.procs.pacing import backoff_s
@@ -36,21 +43,25 @@ STABLE_S = 60.0  # a child that lived this long before dying starts its back-off
 RESTART_WINDOW_S = 600.0  # the restart budget (max_restarts) counts deaths within this many seconds
 
 
-def start_ignoring_sigint(process: Any) -> None:
-    """``process.start()`` with SIGINT ignored in the child from birth; the parent's Ctrl-C is kept.
+GROUP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # what reaches a whole process group: the supervisor's to act on
 
-    SIGINT is blocked around the switch so a Ctrl-C in that instant stays pending (Linux never
+
+def start_ignoring_group_signals(process: Any) -> None:
+    """``process.start()`` with SIGINT and SIGTERM ignored in the child from birth; the parent's handlers are kept.
+
+    Both are blocked around the switch so a signal in that instant stays pending (Linux never
     discards a blocked signal at generation) and reaches the parent's handler right after.
     """
     if threading.current_thread() is not threading.main_thread():
         process.start()  # signal dispositions can only be changed from the main thread
         return
-    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-    old_handler = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, set(GROUP_SIGNALS))
+    old_handlers = {sig: signal.signal(sig, signal.SIG_IGN) for sig in GROUP_SIGNALS}
     try:
         process.start()
     finally:
-        signal.signal(signal.SIGINT, old_handler)
+        for sig, handler in old_handlers.items():
+            signal.signal(sig, handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
 
 
@@ -158,7 +169,7 @@ class RoleProcess:
         multiprocessing.resource_tracker.ensure_running()
         tag = role_tag(self.run_id, self.role, self.restarts)
         with child_environment(tag):
-            start_ignoring_sigint(process)  # on failure self.process stays what it was: never a never-started one
+            start_ignoring_group_signals(process)  # on failure self.process stays what it was: never a never-started one
         self.process, self.tag = process, tag
         self.started_at = time.monotonic()
         self.restart_at = None
@@ -220,12 +231,14 @@ class RoleProcess:
             self.process.kill()
 
     def stop(self, deadline: float) -> None:
-        """Wait for the child's own exit until ``deadline``, then SIGTERM, then SIGKILL; always reaps it."""
+        """Wait for the child's own exit until ``deadline``, then :data:`ROLE_STOP_SIGNAL` (the child ignores SIGTERM,
+        which a whole process group gets: see the module docstring), then SIGKILL; always reaps it."""
         if self.process is None:
             return
         self.process.join(max(0.0, deadline - time.monotonic()))
         if self.process.is_alive():
-            self.process.terminate()
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.process.pid, ROLE_STOP_SIGNAL)
             self.process.join(2.0)
         if self.process.is_alive():
             self.process.kill()

@@ -44,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spreeze_like.ipc.lifetime import ROLE_STOP_SIGNAL
 from spreeze_like.metrics import role_names, stats_schema
 
 # --- phases (control row) and role states (each row's state word) ---------------------------------
@@ -271,8 +272,20 @@ def _leave_text(path: Path, text: str, shown: str) -> None:
         path.unlink(missing_ok=True)  # created but empty
 
 
-def _exit_on_sigterm(signum: int, frame: Any) -> None:
-    raise SystemExit(128 + signum)
+def _exit_on_stop_signal(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signal.SIGTERM)  # the status a terminated role always had: what the supervisor reads
+
+
+def _group_sigterm(signum: int, frame: Any) -> None:
+    """A SIGTERM to the whole process group is the supervisor's to act on (procs/children.py); this role goes on
+    until told to stop. A handler, not ``SIG_IGN``, so that what the role's env execs starts with the default; a
+    process the env forks from the role takes the default back and the signal's end."""
+    if os.getpid() != _role_pid:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+_role_pid = 0
 
 
 def child_main(module: str, args: ChildArgs) -> None:
@@ -286,9 +299,13 @@ def child_main(module: str, args: ChildArgs) -> None:
     from spreeze_like.ipc import child_setup
 
     child_setup(args.parent_pid)  # dies with the supervisor; Ctrl-C is the supervisor's business
-    # The supervisor's SIGTERM (a child that missed its exit deadline) unwinds like an exception, so
-    # ``finally`` blocks still run: the monitor closes its event files instead of losing them.
-    signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    # The supervisor's stop signal (a child that missed its exit deadline) unwinds like an exception, so
+    # ``finally`` blocks still run: the monitor closes its event files instead of losing them. SIGTERM, ignored
+    # since the start (procs/children.py), is the supervisor's: it reaches every process when sent to the group.
+    global _role_pid
+    _role_pid = os.getpid()
+    signal.signal(ROLE_STOP_SIGNAL, _exit_on_stop_signal)
+    signal.signal(signal.SIGTERM, _group_sigterm)
     if args.role.endswith("learner"):
         from spreeze_like.cpu_math import flushing_threads, set_learner_math
 

@@ -24,11 +24,12 @@ def cli_env() -> dict[str, str]:
     return {**os.environ, "PYTHONWARNINGS": "ignore", "PYTHONUNBUFFERED": "1"}
 
 
-def start_cli(*args: str, log: Path) -> subprocess.Popen:
-    """Start ``python -m spreeze_like.run ARGS`` with stdout+stderr going to ``log``."""
+def start_cli(*args: str, log: Path, new_session: bool = False) -> subprocess.Popen:
+    """Start ``python -m spreeze_like.run ARGS`` with stdout+stderr going to ``log`` (``new_session``: in a process
+    group of its own, which a test may signal whole)."""
     out = open(log, "w")  # noqa: SIM115 - closed by the child's exit; the file outlives this call
     return subprocess.Popen([sys.executable, "-m", "spreeze_like.run", *args], stdout=out, stderr=subprocess.STDOUT,
-                            env=cli_env(), text=True)
+                            env=cli_env(), text=True, start_new_session=new_session)
 
 
 def run_cli(*args: str, timeout: float = 240) -> subprocess.CompletedProcess:
@@ -78,12 +79,14 @@ def wait_status(run_dir: Path, predicate, timeout: float, proc: subprocess.Popen
     raise AssertionError(f"condition not met within {timeout} s; last status: {status}")
 
 
-def start_long_run(logdir: Path, log: Path, *extra: str, min_steps: int = 350) -> tuple[subprocess.Popen, Path]:
+def start_long_run(logdir: Path, log: Path, *extra: str, min_steps: int = 350,
+                   new_session: bool = False) -> tuple[subprocess.Popen, Path]:
     """A tiny CLI run with a huge step budget, returned once it passed ``min_steps`` env steps.
 
     The caller signals or kills it; on a failure while waiting, the process is killed here.
     """
-    proc = start_cli(*TINY_ARGS, "--total-steps", "100000", *extra, "--logdir", str(logdir), log=log)
+    proc = start_cli(*TINY_ARGS, "--total-steps", "100000", *extra, "--logdir", str(logdir), log=log,
+                     new_session=new_session)
     try:
         run_dir = only_run_dir(logdir)
         wait_status(run_dir, lambda s: s["env_steps"] > min_steps, timeout=180, proc=proc, log=log)

@@ -225,6 +225,27 @@ def test_second_ctrl_c_forces_the_exit_and_still_cleans_up(tmp_path):
     assert_nothing_left(run_dir)
 
 
+def test_a_sigterm_to_the_whole_process_group_stops_in_order(tmp_path):
+    """SLURM at a job's time limit, systemd's default KillMode=control-group and ``kill -TERM -<pgid>`` send SIGTERM
+    to every process of the run at once. Until 2026-12-03 the roles died of it: "actor-learner (pid N) died (exit
+    status 143); the run stopped; no checkpoint was written", exit status 1, where a SIGTERM to the supervisor
+    alone stops in order. Now the roles ignore it from birth and the supervisor stops the run as for its own."""
+    log = tmp_path / "group.log"
+    proc, run_dir = start_long_run(tmp_path / "runs", log, new_session=True)
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    assert proc.returncode == 143, text[-3000:]
+    assert "died" not in text and "Traceback" not in text, text[-3000:]
+    payload, _ = load_latest(run_dir)
+    assert payload["env_steps"] > 350 and f"resume with: python -m spreeze_like.run --resume {run_dir}" in text
+    assert_nothing_left(run_dir)
+
+
 def test_sigterm_stops_with_a_checkpoint_and_status_143(tmp_path):
     log = tmp_path / "term.log"
     proc, run_dir = start_long_run(tmp_path / "runs", log)
