@@ -246,6 +246,36 @@ def test_a_sigterm_to_the_whole_process_group_stops_in_order(tmp_path):
     assert_nothing_left(run_dir)
 
 
+def test_a_role_ignores_sigterm_and_the_supervisors_stop_unwinds_it(tmp_path):
+    """The two halves of the group-SIGTERM change at the level of one role process: a SIGTERM (which reaches every
+    process of the group) leaves it running, and :meth:`RoleProcess.stop` past the deadline (SIGUSR1 now) still
+    unwinds it through its ``finally``, with the exit status 143 a terminated role always had."""
+    import multiprocessing
+
+    from spreeze_like.procs.children import RoleProcess
+    from spreeze_like.procs.control import ChildArgs
+
+    def make_args(restarts: int) -> ChildArgs:
+        return ChildArgs(role="stand-in", index=0, config=None, spec=None, segments=None, run_dir=str(tmp_path),
+                         parent_pid=os.getpid(), restarts=restarts)
+
+    role = RoleProcess(multiprocessing.get_context("spawn"), "stand-in", "parallel.stubborn_role", make_args,
+                       restartable=False)
+    role.start()
+    try:
+        wait_for = time.monotonic() + 60
+        while not (tmp_path / "started").exists() and time.monotonic() < wait_for:
+            time.sleep(0.05)
+        assert (tmp_path / "started").exists()
+        os.kill(role.pid, signal.SIGTERM)
+        time.sleep(1.0)
+        assert role.process.is_alive()
+        role.stop(deadline=time.monotonic())
+    finally:
+        role.kill_now()
+    assert role.last_exit == 143 and (tmp_path / "unwound").exists()
+
+
 def test_sigterm_stops_with_a_checkpoint_and_status_143(tmp_path):
     log = tmp_path / "term.log"
     proc, run_dir = start_long_run(tmp_path / "runs", log)
