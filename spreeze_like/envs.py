@@ -44,7 +44,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from spreeze_like.errors import ConfigError, EnvError, describe_exception, first_line
+from spreeze_like.errors import EnvError, describe_exception, first_line
 from spreeze_like.structured_obs import (
     REAL_KINDS,
     FlatObservation,
@@ -84,25 +84,6 @@ def _split_entry_point(env: str) -> tuple[str | None, str]:
         module, env_id = env.split(":", 1)
         return module.strip() or None, env_id.strip()
     return None, env.strip()
-
-
-def refuse_unnamed_env_module(saved_env: Any, typed: Any, what: str, add: str) -> None:
-    """A run folder or a checkpoint is data, not code: a saved ``module:EnvId`` is imported only if typed again.
-
-    Making ``module:EnvId`` imports ``module``, and with ``python -m`` the current folder is on ``sys.path``;
-    so ``cd RUN && python -m spreeze_like.run --resume .`` (or ``... evaluate .``) would run any ``module.py``
-    that came with a downloaded or shared run folder (review finding 4). Typing the env names the module
-    yourself, as for a new run; a plain gymnasium id imports nothing. ``what`` names the file that holds
-    the id, ``add`` says how to type it."""
-    if not isinstance(saved_env, str) or ":" not in saved_env or typed is not None:
-        return
-    module = saved_env.split(":", 1)[0].strip()
-    if module:
-        raise ConfigError(
-            f"{what} names env {saved_env!r}, which would import the Python module {module!r}; a run folder is "
-            f"data, so its modules are imported only if you name the env yourself: {add} (after checking that "
-            f"{module!r} is the module you mean)"
-        )
 
 
 def _import_module(module: str, env: str) -> None:

@@ -9,7 +9,7 @@ on the env the trainer makes, one after another, printing each return and then t
 states are the evaluator's by default (episode ``i`` resets with ``eval_seed(run seed, i)``), so on the
 checkpoint a run wrote at its end this repeats the run's final evaluation; ``--seed`` picks other ones.
 A run of your own env (``module:EnvId``) is evaluated with ``--env module:EnvId`` typed again: a checkpoint is
-data, and the module it names is imported only if you name it (:func:`spreeze_like.envs.refuse_unnamed_env_module`).
+data, and the module it names is imported only if you name it (:func:`spreeze_like.rundir.refuse_unnamed_env_module`).
 Bad input (no such folder, no checkpoint, a corrupt or foreign file, a bad flag, an env that cannot
 be made) is one ``error: ...`` line and exit status 2. Nothing is written anywhere, except the video
 file that ``--video`` names (:mod:`spreeze_like.video`: every episode, one after another, for a machine

@@ -198,7 +198,7 @@ def parse_command_line(argv: list[str] | None = None) -> CommandLine:
         saved = load_json_file(saved_path)
         settings = settings_of(saved)
         coerce_fields(TrainConfig, settings, str(saved_path))
-        from spreeze_like.envs import refuse_unnamed_env_module
+        from spreeze_like.rundir import refuse_unnamed_env_module
 
         saved_env = settings.get("env")
         refuse_unnamed_env_module(saved_env, ns.get("env"), f"--resume {resume}: its config.json",

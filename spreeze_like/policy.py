@@ -100,7 +100,8 @@ def load_policy(path: str | Path, env: str | None = None) -> Policy:
     ``env``: the env it was trained on, as the run's ``--env`` named it. Needed only where that is your own
     ``module:EnvId``: a checkpoint is data, and its env's module is imported only if you name it (a ``module.py``
     beside a downloaded run would run otherwise; review finding 4, as for ``--resume``)."""
-    from spreeze_like.envs import env_info, refuse_unnamed_env_module
+    from spreeze_like.envs import env_info
+    from spreeze_like.rundir import refuse_unnamed_env_module
 
     file = checkpoint_of(path)
     payload = load_checkpoint(file)

@@ -19,6 +19,10 @@ descriptor is close-on-exec, so spawned children never hold it. The file itself 
 lock file races with the next locker); only the lock on it means anything. Why flock and not a pid
 file: a pid file outlives its writer's death and a reused pid makes it lie; the flock cannot.
 
+A run folder is data, not code (review finding 4): :func:`refuse_unnamed_env_module` keeps a saved
+``module:EnvId`` (config.json for ``--resume``, a checkpoint for ``evaluate`` and ``load_policy``) from
+importing its module unless the user names the env again.
+
 While the run goes, :meth:`RunContext.check_folder` (called by the modes about once a second) stops
 it in one line if the folder was deleted, moved or replaced (its device and inode no longer at the
 path, review finding 15); no writer of the run recreates it (``mkdir`` without ``parents`` below
@@ -163,6 +167,25 @@ def run_name(config: TrainConfig, unixtime: int | None = None) -> str:
 
 def _new_run_dir(config: TrainConfig) -> Path:
     return new_unique_folder(Path(config.logdir), run_name(config), "a run folder")
+
+
+def refuse_unnamed_env_module(saved_env: Any, typed: Any, what: str, add: str) -> None:
+    """A run folder or a checkpoint is data, not code: a saved ``module:EnvId`` is imported only if typed again.
+
+    Making ``module:EnvId`` imports ``module``, and with ``python -m`` the current folder is on ``sys.path``;
+    so ``cd RUN && python -m spreeze_like.run --resume .`` (or ``... evaluate .``) would run any ``module.py``
+    that came with a downloaded or shared run folder (review finding 4). Typing the env names the module
+    yourself, as for a new run; a plain gymnasium id imports nothing. ``what`` names the file that holds
+    the id, ``add`` says how to type it."""
+    if not isinstance(saved_env, str) or ":" not in saved_env or typed is not None:
+        return
+    module = saved_env.split(":", 1)[0].strip()
+    if module:
+        raise ConfigError(
+            f"{what} names env {saved_env!r}, which would import the Python module {module!r}; a run folder is "
+            f"data, so its modules are imported only if you name the env yourself: {add} (after checking that "
+            f"{module!r} is the module you mean)"
+        )
 
 
 def new_unique_folder(base: Path, name: str, what: str) -> Path:

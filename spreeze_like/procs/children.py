@@ -169,7 +169,7 @@ class RoleProcess:
         multiprocessing.resource_tracker.ensure_running()
         tag = role_tag(self.run_id, self.role, self.restarts)
         with child_environment(tag):
-            start_ignoring_group_signals(process)  # on failure self.process stays what it was: never a never-started one
+            start_ignoring_group_signals(process)  # on failure self.process stays what it was, never an unstarted one
         self.process, self.tag = process, tag
         self.started_at = time.monotonic()
         self.restart_at = None
