@@ -206,7 +206,9 @@ def test_learner_death_ends_the_run_with_a_clear_message(tmp_path):
 
 def test_second_ctrl_c_forces_the_exit_and_still_cleans_up(tmp_path):
     log = tmp_path / "twice.log"
-    proc, run_dir = start_long_run(tmp_path / "runs", log)
+    # 256 x 256 networks: the orderly stop's last updates and checkpoint take long enough for the second Ctrl-C to
+    # land inside it (with 32 x 32 the stop once ended before it, in CI on 2026-12-03, under a load of 4)
+    proc, run_dir = start_long_run(tmp_path / "runs", log, "--hidden-sizes", "256", "256")
     try:
         proc.send_signal(signal.SIGINT)
         # the second Ctrl-C must land during the orderly stop: wait until the supervisor says it began
