@@ -148,10 +148,14 @@ def assert_nothing_left(run_dir: Path, grace_s: float = 5.0) -> None:
         time.sleep(0.1)
 
 
-def interrupt(proc: subprocess.Popen, sig: int = signal.SIGINT, timeout: float = 30.0) -> float:
-    """Send ``sig`` to the CLI and wait for its exit; returns the seconds it took."""
+def interrupt(proc: subprocess.Popen, sig: int = signal.SIGINT, timeout: float = 30.0, group: bool = False) -> float:
+    """Send ``sig`` to the CLI (``group``: to its whole process group, one of its own) and wait for its exit;
+    returns the seconds it took."""
     t0 = time.monotonic()
-    proc.send_signal(sig)
+    if group:
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
     proc.wait(timeout=timeout)
     return time.monotonic() - t0
 

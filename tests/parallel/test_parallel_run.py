@@ -235,8 +235,7 @@ def test_a_sigterm_to_the_whole_process_group_stops_in_order(tmp_path):
     log = tmp_path / "group.log"
     proc, run_dir = start_long_run(tmp_path / "runs", log, new_session=True)
     try:
-        os.killpg(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=60)
+        interrupt(proc, signal.SIGTERM, timeout=60, group=True)
     finally:
         if proc.poll() is None:
             proc.kill()
