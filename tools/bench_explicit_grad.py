@@ -51,14 +51,15 @@ def parse_size(text: str) -> tuple[tuple[int, ...], int, int, int]:
     """``64x64@100`` (Pendulum's 3 obs and 1 action dims), or ``256x256@256:17:6`` (obs and action dims)."""
     layers, _, rest = text.partition("@")
     batch, *dims = rest.split(":")
+    bad = argparse.ArgumentTypeError(f"{text!r} is not HIDDENxHIDDEN@BATCH[:OBS:ACT], e.g. 256x256@256:17:6")
     try:  # an argparse type: a size it cannot read is argparse's one error line, not a ValueError mid-measuring
-        obs_dim, act_dim = (int(d) for d in dims) if len(dims) == 2 else (3, 1) if not dims else (0, 0)
-        size = tuple(int(w) for w in layers.split("x")), int(batch), obs_dim, act_dim
+        obs_dim, act_dim = (int(d) for d in dims) if dims else (3, 1)  # two dims, or none
+        hidden, n = tuple(int(w) for w in layers.split("x")), int(batch)
     except ValueError:
-        size = ((0,), 0, 0, 0)
-    if min(*size[0], *size[1:]) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not HIDDENxHIDDEN@BATCH[:OBS:ACT], e.g. 256x256@256:17:6")
-    return size
+        raise bad from None
+    if min(*hidden, n, obs_dim, act_dim) < 1:
+        raise bad
+    return hidden, n, obs_dim, act_dim
 
 
 def checked_size(text: str) -> str:
