@@ -5,8 +5,9 @@ has every property of one (its run folder, checkpoints, ``--resume``, TensorBoar
 
 Who creates and removes what:
 
-- :meth:`SeedRun.start` starts the child in a session of its own, so that a terminal's Ctrl-C reaches
-  only the seeds process, which forwards it once to every child (:meth:`SeedRun.signal`); a run stops
+- :meth:`SeedRun.start` starts the child in a session of its own (:func:`spreeze_like.run_launch.start_run`),
+  so that a terminal's Ctrl-C reaches only the seeds process, which forwards it once to every child
+  (:meth:`SeedRun.signal`); a run stops
   in order on the first SIGINT or SIGTERM and forces its stop on the second, as it does for a person.
 - The run watches its parent first thing (``SPREEZE_DIE_WITH_PARENT``:
   :func:`spreeze_like.ipc.lifetime.die_with_launcher`): if the seeds process dies, even by SIGKILL, each
@@ -28,7 +29,6 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -37,7 +37,7 @@ from typing import Any
 from spreeze_like.checkpoint import checkpoint_step, list_checkpoints
 from spreeze_like.curves import Curves, read_curves
 from spreeze_like.errors import SpreezeError
-from spreeze_like.ipc.lifetime import launcher_env
+from spreeze_like.run_launch import start_run
 
 RECORD_FILE = "seeds.json"  # a seeds folder's record (spreeze_like.seeds)
 CONSOLE_LOG = "console.log"
@@ -116,11 +116,7 @@ class SeedRun:
                                "--logdir") from None
         self._known = set(run_folders(self.dir))
         try:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "spreeze_like.run", *self.run_args], stdin=subprocess.DEVNULL, stdout=log,
-                stderr=subprocess.STDOUT, env=launcher_env(PYTHONUNBUFFERED="1"),
-                start_new_session=True,
-            )
+            self.proc = start_run(self.run_args, log, PYTHONUNBUFFERED="1")
         except OSError as exc:  # no memory or no process slots left: this command's failure, in one line
             raise SpreezeError(f"cannot start seed {self.record.seed}'s run: {exc.strerror or exc}") from None
         finally:

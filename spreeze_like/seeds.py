@@ -74,6 +74,9 @@ FORMAT = "spreeze-seeds/1"
 
 def main(argv: list[str] | None = None) -> int:
     """CLI entry point; returns the process exit status."""
+    from spreeze_like.ipc.lifetime import die_with_launcher
+
+    die_with_launcher()  # started by a tool of ours (tools/bench_seeds.py): stop in order when it dies
     return exit_status(lambda: run(sys.argv[1:] if argv is None else argv))
 
 

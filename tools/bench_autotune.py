@@ -12,7 +12,7 @@ process start to Ctrl-C; start-up counts, as it does for a user):
 
 Every run is ``python -m spreeze_like.run`` in a subprocess with ``--total-steps 10000000`` (a
 run bounded by wall time: the planner's run-length floor on the updates does not bind), stopped
-with SIGINT at the wall time (both modes stop cleanly on it). From the run's TensorBoard events:
+with SIGTERM at the wall time (both modes stop cleanly on it). From the run's TensorBoard events:
 
 * **return at the wall time**: the mean of ``charts/episodic_return`` points written in the last 20%
   of the wall time (training episodes; at least the last 3 points);
@@ -54,7 +54,6 @@ import itertools
 import json
 import os
 import random
-import signal
 import statistics
 import subprocess
 import sys
@@ -72,12 +71,11 @@ from spreeze_like.config_fields import json_object
 from spreeze_like.console import run_tool
 from spreeze_like.envs import env_info
 from spreeze_like.errors import SpreezeError
-from spreeze_like.ipc.lifetime import launcher_env
+from spreeze_like.run_launch import run_captured, start_run, wait_run
 from spreeze_like.write_guard import tool_output
 
 __all__ = ["ACCEPT", "compare", "main", "merge", "report"]
 
-RUN = [sys.executable, "-m", "spreeze_like.run"]
 LONG_STEPS = "10000000"
 QUIET = ["--total-steps", LONG_STEPS, "--eval-every", "0", "--checkpoint-every", "0", "--log-interval", "0",
          "--eval-episodes", "1"]
@@ -199,21 +197,13 @@ def env_flags(env_id: str, env_kwargs: dict[str, Any]) -> list[str]:
 def run_cell(env: list[str], flags: list[str], wall_s: float, logdir: Path, xdg: str) -> dict[str, Any]:
     """Train for ``wall_s`` seconds, stop with SIGINT, and read the figures. ``env``: :func:`env_flags`."""
     logdir.mkdir(parents=True, exist_ok=True)
-    cmd = [*RUN, *env, *QUIET, "--logdir", str(logdir), *flags]
     t0 = time.time()
-    out = open(logdir / "stdout.txt", "w")  # noqa: SIM115 - closed below, after the process
-    proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=launcher_env(XDG_CACHE_HOME=xdg))
+    with open(logdir / "stdout.txt", "w") as out:
+        proc = start_run([*env, *QUIET, "--logdir", str(logdir), *flags], out, XDG_CACHE_HOME=xdg)
     try:
-        proc.wait(timeout=wall_s)
+        wait_run(proc, timeout_s=wall_s)
     except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGINT)
-        try:
-            proc.wait(timeout=120)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    finally:
-        out.close()
+        pass  # the cell's wall time is up: wait_run stopped it in order (SIGTERM)
     runs = [p for p in logdir.iterdir() if p.is_dir()]
     if not runs:
         return {"flags": flags, "error": (logdir / "stdout.txt").read_text()[-500:]}
@@ -312,9 +302,8 @@ def main(argv: list[str] | None = None) -> int:
         configs = {name: configs[name] for name in part_of(list(configs), *part)}
         plan_text = ""
         if "autotuned" in configs:
-            plan = subprocess.run([*RUN, *env_flags(env_id, args.env_kwargs), "--total-steps", LONG_STEPS,
-                                   "--plan-only", *probe_flags],
-                                  capture_output=True, text=True, env=launcher_env(XDG_CACHE_HOME=xdg), check=False)
+            plan = run_captured([*env_flags(env_id, args.env_kwargs), "--total-steps", LONG_STEPS, "--plan-only",
+                                 *probe_flags], XDG_CACHE_HOME=xdg)
             if plan.returncode != 0:  # probes now (cached), not in the timed run
                 print(plan.stderr.strip().splitlines()[-1] if plan.stderr.strip() else "error: --plan-only failed",
                       file=sys.stderr)

@@ -45,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import ray_cluster
 
 from spreeze_like.console import run_tool
-from spreeze_like.ipc.lifetime import launcher_env
+from spreeze_like.run_launch import start_run, stop_run
 from spreeze_like.write_guard import tool_output
 
 SLOW_ENV = "spreeze_like.slow_envs:SlowPendulum-v1"
@@ -60,16 +60,14 @@ def run_cli(args: list[str], env: dict[str, str], logdir: Path, timeout_s: float
     log = logdir / "cli.log"
     t0 = time.monotonic()
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-m", "spreeze_like.run", *args, "--logdir", str(logdir / "runs")],
-                                stdout=out, stderr=subprocess.STDOUT,
-                                env=launcher_env(env, PYTHONWARNINGS="ignore"))
-        polls: list[tuple[float, int]] = []
-        rows: list[tuple[float, dict[str, dict[str, float]]]] = []  # per poll: each sampler row's and the bridge's counters
-        run_dir: Path | None = None
+        proc = start_run([*args, "--logdir", str(logdir / "runs")], out, env=env, PYTHONWARNINGS="ignore")
+    polls: list[tuple[float, int]] = []
+    rows: list[tuple[float, dict[str, dict[str, float]]]] = []  # per poll: each sampler row's and the bridge's counters
+    run_dir: Path | None = None
+    try:
         while proc.poll() is None:
             if time.monotonic() - t0 > timeout_s:
-                proc.terminate()
-                proc.wait(60)
+                stop_run(proc, timeout_s=60)
                 break
             if run_dir is None and (logdir / "runs").is_dir():
                 run_dir = next((p for p in (logdir / "runs").iterdir() if p.is_dir()), None)
@@ -81,6 +79,9 @@ def run_cli(args: list[str], env: dict[str, str], logdir: Path, timeout_s: float
                 except (OSError, ValueError, KeyError, TypeError):
                     pass
             time.sleep(0.25)
+    except BaseException:  # this tool's Ctrl-C or SIGTERM (run_tool): the run is stopped in order, by one signal
+        stop_run(proc)
+        raise
     wall = time.monotonic() - t0
     result: dict[str, Any] = {"args": args, "rc": proc.returncode, "wall_s": round(wall, 1), "log": str(log)}
     if run_dir is None:

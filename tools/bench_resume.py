@@ -22,7 +22,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -33,8 +32,8 @@ from scratch import runs_folder
 from spreeze_like.checkpoint import load_latest
 from spreeze_like.console import run_tool
 from spreeze_like.envs import tool_env
-from spreeze_like.ipc.lifetime import launcher_env
 from spreeze_like.replay.persist import replay_folders
+from spreeze_like.run_launch import run_to_end
 from spreeze_like.write_guard import tool_output
 
 
@@ -42,10 +41,9 @@ def cli(args: list[str], log: Path) -> float:
     """Run ``python -m spreeze_like.run ARGS`` to its end; its wall seconds (exit status checked)."""
     t0 = time.monotonic()
     with open(log, "w") as out:
-        done = subprocess.run([sys.executable, "-m", "spreeze_like.run", *args], stdout=out, stderr=subprocess.STDOUT,
-                              env=launcher_env(), check=False)
-    if done.returncode != 0:
-        raise SystemExit(f"error: `spreeze_like.run {' '.join(args)}` exited {done.returncode}; see {log}")
+        code = run_to_end(args, out)
+    if code != 0:
+        raise SystemExit(f"error: `spreeze_like.run {' '.join(args)}` exited {code}; see {log}")
     return time.monotonic() - t0
 
 

@@ -26,8 +26,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -36,7 +34,7 @@ from scratch import runs_folder
 from spreeze_like.console import run_tool
 from spreeze_like.curves import read_curves
 from spreeze_like.errors import SpreezeError
-from spreeze_like.ipc.lifetime import launcher_env
+from spreeze_like.run_launch import run_captured
 from spreeze_like.seeds_cli import checked_run_config, parse_seed_list
 from spreeze_like.write_guard import tool_output
 
@@ -48,8 +46,7 @@ def run_loop(seeds: list[int], run_args: list[str], logdir: Path) -> dict:
     finals = []
     for seed in seeds:
         out = logdir / f"seed_{seed}"
-        proc = subprocess.run([sys.executable, "-m", "spreeze_like.run", *run_args, *QUIET, "--seed", str(seed),
-                               "--logdir", str(out)], capture_output=True, text=True, env=launcher_env(), check=False)
+        proc = run_captured([*run_args, *QUIET, "--seed", str(seed), "--logdir", str(out)])
         if proc.returncode != 0:
             raise SystemExit(f"error: seed {seed} of the loop ended with {proc.returncode}: {proc.stderr[-500:]}")
         run_dir = next(p for p in out.iterdir() if p.is_dir())
@@ -58,9 +55,8 @@ def run_loop(seeds: list[int], run_args: list[str], logdir: Path) -> dict:
 
 
 def run_seeds(seeds: list[int], run_args: list[str], logdir: Path) -> dict:
-    proc = subprocess.run([sys.executable, "-m", "spreeze_like.seeds", "--seeds", *map(str, seeds), "--logdir",
-                           str(logdir), "--progress-every", "0", *run_args, *QUIET], capture_output=True, text=True,
-                          check=False)
+    proc = run_captured(["--seeds", *map(str, seeds), "--logdir", str(logdir), "--progress-every", "0", *run_args,
+                         *QUIET], module="spreeze_like.seeds")
     if proc.returncode != 0:
         raise SystemExit(f"error: the seeds command ended with {proc.returncode}: {proc.stdout[-800:]}"
                          f"{proc.stderr[-500:]}")

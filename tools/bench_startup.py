@@ -34,8 +34,6 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -43,6 +41,7 @@ from scratch import runs_folder
 
 from spreeze_like.console import run_tool
 from spreeze_like.envs import tool_env
+from spreeze_like.run_launch import run_captured
 from spreeze_like.write_guard import tool_output
 
 ROLE_PHASES = ("t_exec", "t_main", "t_imported", "t_ready", "t_data", "t_first")
@@ -51,12 +50,12 @@ ROLE_ORDER = ("critic-learner", "actor-learner", "sampler-0", "evaluator", "moni
 
 def run_once(args: argparse.Namespace, logdir: Path, extra: list[str]) -> dict:
     """One run; its phases in seconds after the supervisor's process start, plus the load around it."""
-    cmd = [sys.executable, "-m", "spreeze_like.run", "--env", args.env, "--total-steps", str(args.total_steps),
+    cmd = ["--env", args.env, "--total-steps", str(args.total_steps),
            "--eval-every", "0", "--log-interval", "0", "--checkpoint-every", "0", "--logdir", str(logdir),
            *(["--autotune"] if args.autotune else []), *extra]
     load_before = os.getloadavg()[0]
     t_popen = time.monotonic()
-    proc = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=args.timeout)
+    proc = run_captured(cmd, timeout_s=args.timeout)
     t_exit = time.monotonic()
     load_after = os.getloadavg()[0]
     if proc.returncode != 0:

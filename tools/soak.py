@@ -53,10 +53,10 @@ from typing import Any
 
 from spreeze_like.checkpoint import load_latest
 from spreeze_like.envs import tool_env
-from spreeze_like.ipc.lifetime import launcher_env
 from spreeze_like.ipc.naming import list_our_files, pid_alive
 from spreeze_like.procs import pacing
 from spreeze_like.procs.evaluator_proc import read_results
+from spreeze_like.run_launch import start_run, stop_run
 from spreeze_like.write_guard import tool_output
 
 SIGTERM_EXIT = 128 + signal.SIGTERM
@@ -66,10 +66,10 @@ LOADED = re.compile(r"\[spreeze\] replay: ([\d,]+) transitions loaded")  # the r
 
 
 def cli(args: list[str], log: Path) -> subprocess.Popen:
-    out = open(log, "a")  # noqa: SIM115 - the child holds it; closed when it exits
-    env = launcher_env(PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1")  # a SIGKILLed soak's runs stop too
-    return subprocess.Popen([sys.executable, "-m", "spreeze_like.run", *args], stdout=out, stderr=subprocess.STDOUT,
-                            env=env)
+    """A session of one run, in a process session of its own: a SIGTERM to the soak's group reaches the run once,
+    from :meth:`SoakRun.stop`, and a SIGKILLed soak's runs stop too (:mod:`spreeze_like.run_launch`)."""
+    with open(log, "a") as out:
+        return start_run(args, out, PYTHONWARNINGS="ignore", PYTHONUNBUFFERED="1")
 
 
 def read_json(path: Path) -> dict[str, Any] | None:
@@ -109,12 +109,7 @@ class SoakRun:
     def _terminate(self, timeout: float) -> None:
         """SIGTERM the session, as a user would; SIGKILL after ``timeout``."""
         assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
+        stop_run(self.proc, signal.SIGTERM, timeout)
 
     def stop(self, timeout: float = 120.0) -> None:
         """SIGTERM the session and record its exit status and final status.json."""

@@ -9,9 +9,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
+
+from spreeze_like.checkpoint import load_latest
+
+from parallel.helpers import TINY_ARGS, assert_nothing_left, only_run_dir, wait_status
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -41,3 +46,36 @@ def test_first_must_be_below_total():
                           capture_output=True, text=True, timeout=60, cwd=ROOT, check=False)
     assert done.returncode == 2
     assert done.stderr.strip() == "error: --first must be > 0 and below --total"
+
+
+def test_a_sigterm_to_the_tools_process_group_stops_its_run_in_order_once(tmp_path):
+    """SLURM at a job's time limit, systemd and ``kill -TERM -<pgid>`` signal a tool's whole process group (a
+    terminal's Ctrl-C does the same with SIGINT). Until 2026-12-03 that reached the tool's run twice: directly, and
+    again from the tool, and the second signal forces a run's stop; here ``subprocess.run`` also SIGKILLed the run
+    a quarter of a second into its stop. Now the run leads a session of its own (spreeze_like.run_launch) and gets
+    the tool's one SIGTERM: its orderly stop, with the stop's checkpoint."""
+    logdir = tmp_path / "runs"
+    sets = [f"{flag[2:].replace('-', '_')}={value}" for flag, value in zip(TINY_ARGS[::2], TINY_ARGS[1::2])
+            if flag in ("--batch-size", "--learning-starts", "--buffer-size")]
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tools" / "bench_resume.py"), "--env", "Pendulum-v1", "--seeds", "1",
+         "--first", "1000000", "--total", "1000001", "--eval-every", "1000000", "--logdir", str(logdir),
+         "--set", "hidden_sizes=32 32", *sets],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, start_new_session=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    try:
+        run_dir = only_run_dir(logdir / "seed1", timeout=120)
+        wait_status(run_dir, lambda s: s["env_steps"] > 350, timeout=180, proc=proc)
+        os.killpg(proc.pid, signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    log = (logdir / "seed1_first.log").read_text()
+    assert proc.returncode == 143, err[-3000:] + log[-3000:]
+    assert "Traceback" not in err and "Traceback" not in log, err[-3000:] + log[-3000:]
+    assert "[spreeze] interrupted at" in log and f"--resume {run_dir}" in log, log[-3000:]  # the orderly stop's line
+    payload, _ = load_latest(run_dir)
+    assert payload["env_steps"] > 350
+    assert_nothing_left(run_dir)
