@@ -145,11 +145,17 @@ def _compile_sources() -> None:
             compileall.compile_dir(folder, quiet=2)
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups into the node ids
 def pytest_collection_modifyitems(config, items):
     """Under pytest-xdist's ``--dist loadgroup``, keep each module's tests on one worker, in their order (its
     module fixtures are made once, as in a serial run), and every test that starts a real Ray cluster on one
-    worker: two clusters at once would only compete for the same two cores."""
-    if getattr(config.option, "dist", "no") == "no":
+    worker: two clusters at once would only compete for the same two cores.
+
+    This runs where the tests are collected: in each xdist worker, whose ``dist`` option xdist sets to "no" (it
+    keeps ``loadgroup`` True for ``--dist loadgroup``). Until 2026-12-03 this hook looked at ``dist`` alone and so
+    never added a group: every test was a unit of its own, a module's fixtures were made on both workers, and two
+    Ray clusters ran at once."""
+    if not getattr(config.option, "loadgroup", False):
         return
     for item in items:
         if item.get_closest_marker("xdist_group") is None:

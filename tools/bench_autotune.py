@@ -195,7 +195,7 @@ def env_flags(env_id: str, env_kwargs: dict[str, Any]) -> list[str]:
 
 
 def run_cell(env: list[str], flags: list[str], wall_s: float, logdir: Path, xdg: str) -> dict[str, Any]:
-    """Train for ``wall_s`` seconds, stop with SIGINT, and read the figures. ``env``: :func:`env_flags`."""
+    """Train for ``wall_s`` seconds, stop with SIGTERM, and read the figures. ``env``: :func:`env_flags`."""
     logdir.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     with open(logdir / "stdout.txt", "w") as out:
