@@ -152,7 +152,8 @@ def pytest_collection_modifyitems(config, items):
     worker: two clusters at once would only compete for the same two cores.
 
     This runs where the tests are collected: in each xdist worker, whose ``dist`` option xdist sets to "no" (it
-    keeps ``loadgroup`` True for ``--dist loadgroup``). Until 2026-12-03 this hook looked at ``dist`` alone and so
+    keeps ``loadgroup`` True for ``--dist loadgroup``), and it must run before xdist's hook, which reads the groups
+    (without ``tryfirst`` it ran after it: checked). Until 2026-12-03 this hook looked at ``dist`` alone and so
     never added a group: every test was a unit of its own, a module's fixtures were made on both workers, and two
     Ray clusters ran at once."""
     if not getattr(config.option, "loadgroup", False):
