@@ -210,3 +210,42 @@ def test_a_failure_of_the_seeds_process_itself_stops_the_running_seeds_in_order(
     # 143: the run's orderly stop; -SIGTERM: it was still starting its interpreter (no handler yet, nothing written)
     assert first["status"] == "stopped" and first["exit_status"] in (143, -signal.SIGTERM), (first, lines)
     assert first["pid"] is None and not runner.running
+
+
+LAUNCHER = """
+import sys, time
+from spreeze_like.run_launch import start_run
+with open(sys.argv[1], "w") as log:
+    proc = start_run(sys.argv[2:], log, module="spreeze_like.seeds", PYTHONWARNINGS="ignore")
+print(proc.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_seeds_command_whose_launcher_is_killed_stops_its_runs_in_order(tmp_path):
+    """A tool of ours (tools/bench_seeds.py) starts the seeds command through spreeze_like.run_launch, in a session of
+    its own. When that tool dies, even by SIGKILL, the seeds command sends itself one SIGTERM and stops its runs in
+    order, as a run does when its launcher dies; before 2026-12-03 only runs watched their launcher."""
+    log = tmp_path / "seeds.log"
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, str(log), "--logdir", str(tmp_path / "runs"),
+                                 "--progress-every", "0", "--seeds", "1", *TINY, "--total-steps", "100000",
+                                 "--eval-every", "500"], stdout=subprocess.PIPE, text=True, env=cli_env())
+    seeds_pid = None
+    try:
+        seeds_pid = int(launcher.stdout.readline())
+        folder = folder_of(tmp_path / "runs")
+        wait_for(lambda: evaluated(folder, [1]), 180, "the seed evaluated")
+        run_pid = record(folder)["seeds"][0]["pid"]
+        launcher.kill()
+        launcher.wait()
+        assert survivors([seeds_pid, run_pid], timeout=120) == [], log.read_text()[-2000:]
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.wait()
+        if seeds_pid is not None and survivors([seeds_pid], timeout=0):
+            subprocess.run(["kill", "-9", str(seeds_pid)], check=False)
+    text = log.read_text()
+    assert "[seeds] SIGTERM: no further seed starts" in text and "seed 1: stopped (resumable)" in text, text[-2000:]
+    console = (folder / "seed_1" / "console.log").read_text()
+    assert "interrupted at" in console and "checkpoint" in console, console[-2000:]
