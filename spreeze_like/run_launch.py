@@ -54,11 +54,11 @@ def stop_run(proc: subprocess.Popen, signum: int = signal.SIGTERM, timeout_s: fl
     (its forced stop, which still removes its processes and segments) and raised once the run has ended."""
     if proc.poll() is not None:
         return proc.returncode
-    _signal(proc, signum)
+    signal_run(proc, signum)
     try:
         return _wait_or_kill(proc, timeout_s)
     except KeyboardInterrupt:
-        _signal(proc, signum)
+        signal_run(proc, signum)
         _wait_or_kill(proc, FORCED_STOP_S)
         raise
 
@@ -94,7 +94,8 @@ def run_captured(args: Sequence[str], *, timeout_s: float | None = None, module:
     return subprocess.CompletedProcess(proc.args, code, *texts)
 
 
-def _signal(proc: subprocess.Popen, signum: int) -> None:
+def signal_run(proc: subprocess.Popen, signum: int) -> None:
+    """Send ``signum`` to the run while it lives (it leads its session; its children are its own to stop)."""
     if proc.poll() is None:
         try:
             os.kill(proc.pid, signum)

@@ -37,7 +37,7 @@ from typing import Any
 from spreeze_like.checkpoint import checkpoint_step, list_checkpoints
 from spreeze_like.curves import Curves, read_curves
 from spreeze_like.errors import SpreezeError
-from spreeze_like.run_launch import start_run
+from spreeze_like.run_launch import signal_run, start_run
 
 RECORD_FILE = "seeds.json"  # a seeds folder's record (spreeze_like.seeds)
 CONSOLE_LOG = "console.log"
@@ -137,11 +137,8 @@ class SeedRun:
 
     def signal(self, signum: int) -> None:
         """Send ``signum`` to the run's process (it is the leader of its session; its children are its own)."""
-        if self.proc is not None and self.proc.poll() is None:
-            try:
-                os.kill(self.proc.pid, signum)
-            except ProcessLookupError:
-                pass
+        if self.proc is not None:
+            signal_run(self.proc, signum)
 
     def poll(self, stopping: bool) -> bool:
         """True once the child has exited, with its record filled in from its run folder and console."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import signal
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -73,3 +74,19 @@ def test_wait_run_stops_the_run_when_its_wait_ends_by_an_exception(tmp_path):
 def test_run_captured_returns_both_texts_and_names_this_process_as_the_launcher(tmp_path):
     done = run_captured([str(tmp_path), "printing"], module="launch_stub", env={**os.environ, "PYTHONPATH": str(TESTS)})
     assert (done.returncode, done.stdout, done.stderr) == (3, f"{os.getpid()}\n", "to stderr\n")
+
+
+def test_a_ctrl_c_of_the_launcher_while_it_stops_the_run_is_passed_on_as_the_runs_second_signal(tmp_path):
+    """stop_run's one signal, then this process's Ctrl-C while it waits (a person's second Ctrl-C at the tool): the
+    run gets a second SIGTERM, its forced stop, and the KeyboardInterrupt is raised once the run has ended."""
+    proc, _ = start_stub(tmp_path, "counting")
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGINT))
+    try:
+        timer.start()
+        with pytest.raises(KeyboardInterrupt):
+            stop_run(proc, timeout_s=30)
+        assert proc.returncode == 143
+    finally:
+        timer.cancel()
+        proc.kill()
+    assert (tmp_path / "signals").read_text().split() == [str(int(signal.SIGTERM))] * 2
