@@ -79,7 +79,9 @@ class EnvInfo:
 _UNKNOWN_ID_ERRORS = (gym.error.NameNotFound, gym.error.NamespaceNotFound, gym.error.VersionNotFound)
 
 
-def _split_entry_point(env: str) -> tuple[str | None, str]:
+def split_env_module(env: str) -> tuple[str | None, str]:
+    """``module:EnvId`` -> (``module``, ``EnvId``); a plain gymnasium id -> (None, id). The one reading of the
+    form: :func:`make_env` imports the module, :func:`spreeze_like.rundir.refuse_unnamed_env_module` refuses to."""
     if ":" in env:
         module, env_id = env.split(":", 1)
         return module.strip() or None, env_id.strip()
@@ -168,7 +170,7 @@ def make_env(env: str, render_mode: str | None = None, env_kwargs: Mapping[str, 
     ``env_kwargs`` (the run's ``--env-kwargs``) go to ``gymnasium.make``: the env's constructor arguments
     (``ctrl_cost_weight``) and ``make``'s own (``max_episode_steps``). A name or value the constructor
     refuses is one line that names the flag."""
-    module, env_id = _split_entry_point(env)
+    module, env_id = split_env_module(env)
     if module:
         _import_module(module, env)
     kwargs: dict[str, Any] = dict(env_kwargs or {})

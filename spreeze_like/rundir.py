@@ -177,9 +177,11 @@ def refuse_unnamed_env_module(saved_env: Any, typed: Any, what: str, add: str) -
     that came with a downloaded or shared run folder (review finding 4). Typing the env names the module
     yourself, as for a new run; a plain gymnasium id imports nothing. ``what`` names the file that holds
     the id, ``add`` says how to type it."""
-    if not isinstance(saved_env, str) or ":" not in saved_env or typed is not None:
+    if not isinstance(saved_env, str) or typed is not None:
         return
-    module = saved_env.split(":", 1)[0].strip()
+    from spreeze_like.envs import split_env_module  # gymnasium: only where a saved env is read
+
+    module, _ = split_env_module(saved_env)
     if module:
         raise ConfigError(
             f"{what} names env {saved_env!r}, which would import the Python module {module!r}; a run folder is "
