@@ -19,6 +19,9 @@ Who creates and removes what:
   Ctrl-C, a SIGTERM turned into ``KeyboardInterrupt`` by :func:`spreeze_like.console.run_tool`, a
   timeout), so that no run outlives its launcher's interest in it.
 The seeds command (:mod:`spreeze_like.seed_runs`) and the tools that start runs (soak, bench_*) use these.
+``bench_gpu`` starts its pytest and bench_sampler children through them too, with ``watch_launcher=False``
+(pytest would hand the variable on to the runs its tests start, which have another parent) and SIGINT as
+the one stop signal (pytest's orderly stop: fixtures torn down, the tests' runs stopped).
 """
 
 from __future__ import annotations
@@ -31,21 +34,26 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import IO
 
-from spreeze_like.ipc.lifetime import launcher_env
+from spreeze_like.ipc.lifetime import LAUNCHER_ENV, launcher_env
 
 RUN_MODULE = "spreeze_like.run"
 FORCED_STOP_S = 30.0  # a forced stop kills the run's children and removes its segments: seconds at most
 
 
 def start_run(args: Sequence[str], stdout: IO | int, *, stderr: IO | int | None = subprocess.STDOUT,
-              module: str = RUN_MODULE, env: Mapping[str, str] | None = None,
+              module: str = RUN_MODULE, env: Mapping[str, str] | None = None, watch_launcher: bool = True,
               **extra_env: str) -> subprocess.Popen[bytes]:
     """Start ``python -m spreeze_like.run ARGS`` in a session of its own, writing to ``stdout`` (and ``stderr``:
     default with stdout). ``module``: another command of ours that stops in order on one signal and watches its
     launcher (``spreeze_like.seeds``). ``env``: the base environment (default: this process's), with
-    ``extra_env`` over it."""
+    ``extra_env`` over it. ``watch_launcher=False``: without :func:`launcher_env`'s variable, for a command
+    that does not read it (pytest) and would pass it on to children of its own."""
+    base = {**(os.environ if env is None else env), **extra_env}
+    if not watch_launcher:
+        base.pop(LAUNCHER_ENV, None)  # not even one this process was given
     return subprocess.Popen([sys.executable, "-m", module, *args], stdin=subprocess.DEVNULL, stdout=stdout,
-                            stderr=stderr, env=launcher_env(env, **extra_env), start_new_session=True)
+                            stderr=stderr, env=launcher_env(base) if watch_launcher else base,
+                            start_new_session=True)
 
 
 def stop_run(proc: subprocess.Popen, signum: int = signal.SIGTERM, timeout_s: float = 120.0) -> int:
@@ -63,14 +71,15 @@ def stop_run(proc: subprocess.Popen, signum: int = signal.SIGTERM, timeout_s: fl
         raise
 
 
-def wait_run(proc: subprocess.Popen, timeout_s: float | None = None, stop_timeout_s: float = 120.0) -> int:
+def wait_run(proc: subprocess.Popen, timeout_s: float | None = None, stop_timeout_s: float = 120.0,
+             stop_signum: int = signal.SIGTERM) -> int:
     """The run's exit status once it ends. On any exception while waiting (``subprocess.TimeoutExpired`` after
-    ``timeout_s``, the launcher's Ctrl-C or SIGTERM) the run is stopped (:func:`stop_run`) and the exception
-    raised."""
+    ``timeout_s``, the launcher's Ctrl-C or SIGTERM) the run is stopped (:func:`stop_run` with ``stop_signum``)
+    and the exception raised."""
     try:
         return proc.wait(timeout=timeout_s)
     except BaseException:
-        stop_run(proc, timeout_s=stop_timeout_s)
+        stop_run(proc, stop_signum, timeout_s=stop_timeout_s)
         raise
 
 
@@ -81,12 +90,14 @@ def run_to_end(args: Sequence[str], stdout: IO | int, *, timeout_s: float | None
 
 
 def run_captured(args: Sequence[str], *, timeout_s: float | None = None, module: str = RUN_MODULE,
-                 env: Mapping[str, str] | None = None, **extra_env: str) -> subprocess.CompletedProcess[str]:
+                 env: Mapping[str, str] | None = None, watch_launcher: bool = True,
+                 stop_signum: int = signal.SIGTERM, **extra_env: str) -> subprocess.CompletedProcess[str]:
     """:func:`run_to_end` with the run's stdout and stderr returned as text (through temporary files, which cannot
-    fill up and stall the run as an unread pipe can while :func:`stop_run` waits)."""
+    fill up and stall the run as an unread pipe can while :func:`stop_run` waits). ``watch_launcher``: as
+    :func:`start_run`'s; ``stop_signum``: the one stop signal when the wait ends by an exception."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = start_run(args, out, stderr=err, module=module, env=env, **extra_env)
-        code = wait_run(proc, timeout_s)
+        proc = start_run(args, out, stderr=err, module=module, env=env, watch_launcher=watch_launcher, **extra_env)
+        code = wait_run(proc, timeout_s, stop_signum=stop_signum)
         texts = []
         for file in (out, err):
             file.seek(0)

@@ -3,9 +3,10 @@
 ``python -m launch_stub FOLDER MODE``: writes ``FOLDER/started`` (its pid and its group's), then
 - ``stubborn``: ignores SIGTERM and starts a grandchild in its process group that does the same (a run's
   roles), both sleeping until killed;
-- ``printing``: prints the launcher's pid it was given to stdout and a line to stderr, and exits 3;
-- ``counting``: appends a line to ``FOLDER/signals`` per SIGTERM and exits 143 half a second after the first
-  (a run's orderly stop, which a second signal would force).
+- ``printing``: prints the launcher's pid it was given (``-`` for none) to stdout and a line to stderr, and
+  exits 3;
+- ``counting``: appends its number to ``FOLDER/signals`` per SIGTERM or SIGINT and exits 143 half a second after
+  the first (a run's orderly stop, which a second signal would force).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from pathlib import Path
 def main() -> None:
     folder, mode = Path(sys.argv[1]), sys.argv[2]
     if mode == "printing":
-        print(os.environ["SPREEZE_DIE_WITH_PARENT"])
+        print(os.environ.get("SPREEZE_DIE_WITH_PARENT", "-"))
         print("to stderr", file=sys.stderr)
         sys.exit(3)
     if mode == "stubborn":
@@ -39,6 +40,7 @@ def main() -> None:
                 file.write(f"{signum}\n")
 
         signal.signal(signal.SIGTERM, on_term)
+        signal.signal(signal.SIGINT, on_term)
         (folder / "started").write_text(f"{os.getpid()} {os.getpgid(0)}")
         while not got or time.monotonic() - got[0] < 0.5:
             time.sleep(0.02)

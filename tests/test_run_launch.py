@@ -10,6 +10,7 @@ import subprocess
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,9 +20,9 @@ from spreeze_like.run_launch import run_captured, start_run, stop_run, wait_run
 TESTS = Path(__file__).resolve().parent
 
 
-def start_stub(tmp_path: Path, mode: str) -> tuple[subprocess.Popen, list[int]]:
+def start_stub(tmp_path: Path, mode: str, **kwargs: Any) -> tuple[subprocess.Popen, list[int]]:
     env = {**os.environ, "PYTHONPATH": str(TESTS)}
-    proc = start_run([str(tmp_path), mode], subprocess.DEVNULL, module="launch_stub", env=env)
+    proc = start_run([str(tmp_path), mode], subprocess.DEVNULL, module="launch_stub", env=env, **kwargs)
     deadline = time.monotonic() + 60
     while not (tmp_path / "started").is_file() or not (tmp_path / "started").read_text():
         assert proc.poll() is None and time.monotonic() < deadline, "the stand-in did not start"
@@ -74,6 +75,24 @@ def test_wait_run_stops_the_run_when_its_wait_ends_by_an_exception(tmp_path):
 def test_run_captured_returns_both_texts_and_names_this_process_as_the_launcher(tmp_path):
     done = run_captured([str(tmp_path), "printing"], module="launch_stub", env={**os.environ, "PYTHONPATH": str(TESTS)})
     assert (done.returncode, done.stdout, done.stderr) == (3, f"{os.getpid()}\n", "to stderr\n")
+
+
+def test_a_child_that_is_no_run_gets_no_launcher_variable_and_its_own_stop_signal(tmp_path, monkeypatch):
+    """bench_gpu's pytest child: started without the launcher's variable (pytest would hand it to the runs its tests
+    start, whose parent is pytest: they would stop at once), even one this process was given, and stopped with the
+    one SIGINT pytest stops in order on."""
+    monkeypatch.setenv("SPREEZE_DIE_WITH_PARENT", "1")
+    env = {**os.environ, "PYTHONPATH": str(TESTS)}
+    done = run_captured([str(tmp_path), "printing"], module="launch_stub", env=env, watch_launcher=False)
+    assert (done.returncode, done.stdout) == (3, "-\n")
+    proc, _ = start_stub(tmp_path, "counting", watch_launcher=False)
+    try:
+        with pytest.raises(subprocess.TimeoutExpired):
+            wait_run(proc, timeout_s=0.2, stop_timeout_s=30, stop_signum=signal.SIGINT)
+        assert proc.returncode == 143
+    finally:
+        proc.kill()
+    assert (tmp_path / "signals").read_text().split() == [str(int(signal.SIGINT))]
 
 
 def test_a_ctrl_c_of_the_launcher_while_it_stops_the_run_is_passed_on_as_the_runs_second_signal(tmp_path):

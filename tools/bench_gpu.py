@@ -35,6 +35,7 @@ import argparse
 import json
 import os
 import platform
+import signal
 import subprocess
 import sys
 import time
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import Any
 
 from spreeze_like.console import run_tool
+from spreeze_like.run_launch import run_captured
 from spreeze_like.write_guard import tool_output
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,13 +66,13 @@ def _env(device: str) -> dict:
 def _tests(device: str, quick: bool) -> dict:
     if not device.startswith("cuda"):
         return {"skipped": "no CUDA device: the GPU tests skip here (run them on a GPU machine)"}
-    cmd = [sys.executable, "-m", "pytest", "-q", "-m", "gpu", "-p", "no:cacheprovider", "tests"]
+    args = ["-q", "-m", "gpu", "-p", "no:cacheprovider", str(ROOT / "tests")]
     t0 = time.monotonic()
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=420, check=False)
+    proc = _child("pytest", args, 420)
     tail = proc.stdout.strip().splitlines()[-1] if proc.stdout.strip() else proc.stderr[-300:]
     failures = [ln for ln in proc.stdout.splitlines() if ln.startswith(("FAILED", "ERROR"))]
     return {"returncode": proc.returncode, "summary": tail, "failures": failures[:20],
-            "seconds": time.monotonic() - t0, "command": " ".join(cmd[2:])}
+            "seconds": time.monotonic() - t0, "command": " ".join(["pytest", *args])}
 
 
 def _steps(device: str, quick: bool) -> dict:
@@ -167,13 +169,21 @@ def _dual(device: str, quick: bool) -> dict:
 
 def _sampling(device: str, quick: bool, json_dir: Path) -> dict:
     out_json = json_dir / "bench_sampler.json"
-    cmd = [sys.executable, str(ROOT / "tools" / "bench_sampler.py"), "--json", str(out_json)]
-    if quick:
-        cmd.append("--quick")
-    proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=300, check=False)
+    args = ["--json", str(out_json), *(["--quick"] if quick else [])]
+    proc = _child("bench_sampler", args, 300)
+    command = " ".join(["tools/bench_sampler.py", *args])
     if proc.returncode != 0:
-        return {"error": (proc.stderr or proc.stdout)[-500:], "command": " ".join(cmd[1:])}
-    return {"command": " ".join(cmd[1:]), **json.loads(out_json.read_text())}
+        return {"error": (proc.stderr or proc.stdout)[-500:], "command": command}
+    return {"command": command, **json.loads(out_json.read_text())}
+
+
+def _child(module: str, args: list[str], timeout_s: float) -> subprocess.CompletedProcess[str]:
+    """``python -m MODULE ARGS`` (tools/ on its path), in a session of its own: a Ctrl-C, a SIGTERM or the time
+    limit stops it with one SIGINT (pytest's orderly stop: fixtures torn down, its tests' runs stopped) and a
+    SIGKILL to its group two minutes later. ``subprocess.run`` SIGKILLed pytest a quarter second after a Ctrl-C."""
+    path = os.pathsep.join(p for p in (str(ROOT / "tools"), os.environ.get("PYTHONPATH", "")) if p)
+    return run_captured(args, module=module, timeout_s=timeout_s, watch_launcher=False,
+                        stop_signum=signal.SIGINT, PYTHONPATH=path)
 
 
 def _table(results: dict) -> str:
