@@ -168,7 +168,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="the peers to run after ours, each seed: sb3 (SB3 SAC), sbx (SBX SAC), sbx-crossq "
                         "(SBX CrossQ), sb3-td3, sbx-td3, sb3-ddpg, sbx-ddpg (TD3 and DDPG, beside --set "
                         "algo='\"td3\"' or ddpg on our side), rltools (RLtools SAC, C++ compiled on the spot: "
-                        "tools/peers_rltools.py) (default: sb3 sbx sbx-crossq)")
+                        "tools/peers_rltools.py), script-sac (a single-file eager PyTorch SAC script, CleanRL's layout: "
+                        "tools/peers_script.py; needs no extra package) (default: sb3 sbx sbx-crossq)")
     parser.add_argument("--skip-sb3", action="store_true", help="leave every SB3 peer out of --peers")
     parser.add_argument("--skip-sbx", action="store_true", help="leave every SBX peer (sbx, sbx-crossq, ...) out")
     parser.add_argument("--skip-sbx-crossq", action="store_true", help="leave SBX CrossQ out of --peers")

@@ -82,7 +82,8 @@ class QNetwork(nn.Module):
 class SquashedGaussianActor(nn.Module):
     """pi(a|s) = tanh(u), u ~ N(mean(s), std(s)); log-std squashed smoothly into [LOG_STD_MIN, LOG_STD_MAX].
 
-    Actions are in [-1, 1] (HalfCheetah's bounds), so there is no action scale or bias.
+    Actions are in [-1, 1] (HalfCheetah's bounds), so there is no action scale or bias; the training loop of
+    tools/peers_script.py maps them to an env's bounds outside the network, as SB3 does.
     """
 
     def __init__(self, obs_dim: int, act_dim: int, hidden: Sequence[int]) -> None:
@@ -90,6 +91,10 @@ class SquashedGaussianActor(nn.Module):
         self.trunk = mlp(obs_dim, hidden[-1], hidden[:-1])
         self.mean = nn.Linear(hidden[-1], act_dim)
         self.log_std = nn.Linear(hidden[-1], act_dim)
+
+    def mode(self, obs: torch.Tensor) -> torch.Tensor:
+        """The deterministic action tanh(mean(s)): what an evaluation plays."""
+        return torch.tanh(self.mean(F.relu(self.trunk(obs))))
 
     def sample(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(action, log pi(action|obs) summed over action dims, shape (batch, 1)); reparameterised."""

@@ -72,7 +72,7 @@ class Peer:
     package: str  # its PyPI name
     model: str  # the class in ``module``
     algo: str  # "sac", "td3", "ddpg" or "crossq"
-    framework: str  # "torch" or "jax"
+    framework: str  # "torch" (SB3's API), "jax" (SBX), "cpp" (RLtools) or "script" (our eager script)
 
 
 PEER_LIST = (
@@ -84,10 +84,12 @@ PEER_LIST = (
     Peer("sb3-ddpg", "SB3 DDPG", "stable_baselines3", "stable-baselines3", "DDPG", "ddpg", "torch"),
     Peer("sbx-ddpg", "SBX DDPG", "sbx", "sbx-rl", "DDPG", "ddpg", "jax"),
     Peer("rltools", "RLtools SAC", "rltools", "rltools", "SAC", "sac", "cpp"),  # peers_rltools.py
+    Peer("script-sac", "script SAC", "torch", "torch", "SAC", "sac", "script"),  # peers_script.py
 )
 PEERS = {peer.name: peer for peer in PEER_LIST}
-# RLtools only when named (it compiles C++ and has its own settings), and the TD3 / DDPG peers, which go with
-# ``--set algo='"td3"'`` (or ddpg) on our side
+# RLtools only when named (it compiles C++ and has its own settings), the script (peers_script.py) only when named
+# (the default set stays what the headline rows ran), and the TD3 / DDPG peers, which go with ``--set algo='"td3"'``
+# (or ddpg) on our side
 DEFAULT_PEERS = ("sb3", "sbx", "sbx-crossq")
 # The peers' discount where rl-baselines3-zoo tunes it away from SB3's 0.99, per algorithm (Swimmer-v3 in its sac.yml
 # and td3.yml: 0.9999, a swimmer's forward reward comes hundreds of steps after the strokes that earn it; in its
@@ -171,6 +173,10 @@ def peer_device(peer: Peer, requested: str) -> str:
         from peers_rltools import rltools_device
 
         return rltools_device(requested)
+    if peer.framework == "script":
+        from peers_script import script_device_words
+
+        return script_device_words(requested)
     if peer.framework == "torch":
         import torch
 
@@ -311,6 +317,10 @@ def train_peer(args: argparse.Namespace, peer: Peer, seed: int, folder: Path) ->
         from peers_rltools import train_rltools
 
         return train_rltools(args, seed, progress)
+    if peer.framework == "script":
+        from peers_script import train_script_sac
+
+        return train_script_sac(args, seed, progress)
     import torch
     from stable_baselines3.common.callbacks import BaseCallback
 

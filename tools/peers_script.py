@@ -1,0 +1,155 @@
+"""A single-file eager PyTorch SAC script as a peer of ``tools/bench_vs_sb3.py`` (``--peers script-sac``).
+
+The README promises runs that finish sooner than "a CleanRL script": this is that peer, so the promise has a
+figure. It is what a researcher's own single-file SAC looks like (the CleanRL layout: one process, one env, a
+numpy replay, one SAC update per env step, plain eager PyTorch), written from the algorithm, not copied: the
+networks and the update are ``tools/eager_sac_peer.py``'s ``EagerSACPeer`` (the issue-15 peer of the critic rate;
+twin Q nets and their Polyak-averaged targets, a tanh-squashed Gaussian actor with log-std in [-5, 2], entropy
+tuned towards -act_dim, torch's default ``Adam``), and this module adds the loop around it:
+
+- warm-up: ``learning_starts`` uniform random actions, then the actor's sampled action;
+- replay: numpy arrays of ``min(total_steps, 1M)`` rows, FIFO; a uniform batch per update drawn with numpy's
+  generator and turned into tensors each time (what SB3's ``ReplayBuffer.sample``, which CleanRL's scripts use,
+  does);
+- one critic step and one actor-and-alpha step per env step once the warm-up is over (policy every step: the
+  other SAC peers' policy delay 1; CleanRL's default updates the policy twice every second step, the same
+  count);
+- bootstrapping cut only where the episode terminated, not where it was truncated by its time limit;
+- actions live in [-1, 1] and are mapped to the env's bounds outside the network (SB3's convention; CleanRL
+  scales inside its actor, which shifts the entropy by a constant per env).
+
+**Settings.** The shared ones of every peer (``peers_runners.shared_kwargs``): the peers' learning rate
+(``--sb3-lr``) for actor, critic and alpha, ``--peer-gamma``, ``--peer-tau``, batch 256, 1M replay,
+``learning_starts``, UTD 1, MLPs 256-256, alpha from 1. Torch threads: ``--sb3-threads`` (0: torch's default),
+as for SB3. Device: ``--peer-device`` (``auto`` takes CUDA when torch sees it).
+
+**Clock, seeds, evaluations** as for the SB3-API peers: the clock starts before the networks are made (imports
+before it); the training env's first reset gets ``env_seed(seed, 0)`` (later resets continue its generator);
+torch's generator is seeded with the seed, the replay's with it and the warm-up's with seed + 1; evaluations are ``peers_runners.Progress``'s, on
+``actor.mode`` (tanh of the mean), taken out of the clock.
+
+Refused with one ``error:`` line: observations or actions that are not flat Boxes, and ``--her-goals`` (the
+script has no HER).
+
+Owns nothing outside its own (child) process: its env, its arrays and its networks end with it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import TYPE_CHECKING
+
+import gymnasium as gym
+import numpy as np
+import torch
+from eager_sac_peer import EagerSACPeer, SACBatch
+from peers_record import RECORDED_ID, RunRecord
+from peers_runners import peer_gamma
+
+from spreeze_like.errors import ConfigError
+from spreeze_like.seeding import env_seed
+
+if TYPE_CHECKING:
+    from peers_runners import Progress
+
+BATCH_SIZE = 256
+REPLAY_ROWS = 1_000_000
+HIDDEN = (256, 256)
+
+
+def script_device(requested: str) -> torch.device:
+    """``--peer-device`` for the script: auto takes CUDA when torch sees a device, cuda insists on one."""
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--peer-device cuda: torch sees no CUDA device here; use --peer-device cpu or auto")
+    return torch.device("cuda" if requested != "cpu" and torch.cuda.is_available() else "cpu")
+
+
+def script_device_words(requested: str) -> str:
+    device = script_device(requested)
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+    return f"torch {device} ({name})"
+
+
+class Replay:
+    """The script's replay: one numpy array per column, FIFO once full; actions stored in [-1, 1]."""
+
+    def __init__(self, rows: int, obs_dim: int, act_dim: int, device: torch.device, seed: int) -> None:
+        self.obs = np.zeros((rows, obs_dim), np.float32)
+        self.next_obs = np.zeros((rows, obs_dim), np.float32)
+        self.actions = np.zeros((rows, act_dim), np.float32)
+        self.rewards = np.zeros((rows, 1), np.float32)
+        self.dones = np.zeros((rows, 1), np.float32)
+        self.rows, self.size, self.pos, self.device = rows, 0, 0, device
+        self.rng = np.random.default_rng(seed)
+
+    def add(self, obs: np.ndarray, action: np.ndarray, reward: float, next_obs: np.ndarray, terminated: bool) -> None:
+        i = self.pos
+        self.obs[i], self.actions[i], self.rewards[i], self.next_obs[i], self.dones[i] = (
+            obs, action, reward, next_obs, float(terminated))
+        self.pos = (i + 1) % self.rows
+        self.size = min(self.size + 1, self.rows)
+
+    def sample(self, n: int) -> SACBatch:
+        idx = self.rng.integers(0, self.size, n)
+        return SACBatch(*(torch.as_tensor(column[idx], device=self.device)
+                          for column in (self.obs, self.actions, self.rewards, self.next_obs, self.dones)))
+
+
+def flat_box_sizes(env: gym.Env, name: str) -> tuple[int, int]:
+    """(obs_dim, act_dim) of an env with flat Box observations and actions; a ConfigError for any other."""
+    obs_space, act_space = env.observation_space, env.action_space
+    if not (isinstance(obs_space, gym.spaces.Box) and len(obs_space.shape) == 1
+            and isinstance(act_space, gym.spaces.Box) and len(act_space.shape) == 1):
+        raise ConfigError(f"script-sac: {name} needs flat Box observations and actions (the script's MLPs); leave "
+                          "script-sac out of --peers for this env")
+    return int(obs_space.shape[0]), int(act_space.shape[0])
+
+
+def train_script_sac(args: argparse.Namespace, seed: int, progress: Progress) -> RunRecord:
+    """One run of the script in this (child) process; ``progress`` is the run's ``peers_runners.Progress``."""
+    if getattr(args, "her_goals", 0):
+        raise ConfigError("script-sac has no HER: leave it out of --peers with --her-goals")
+    env = gym.make(RECORDED_ID)
+    obs_dim, act_dim = flat_box_sizes(env, args.env)
+    low, high = env.action_space.low.astype(np.float64), env.action_space.high.astype(np.float64)
+    device = script_device(args.peer_device)
+    if args.sb3_threads:
+        torch.set_num_threads(args.sb3_threads)
+
+    def to_env(unit: np.ndarray) -> np.ndarray:
+        return low + (np.asarray(unit, np.float64) + 1.0) * 0.5 * (high - low)
+
+    def act(obs: object) -> np.ndarray:  # the evaluations' deterministic policy
+        with torch.no_grad():
+            unit = sac.actor.mode(torch.as_tensor(np.asarray(obs, np.float32)[None], device=device))
+        return to_env(unit[0].cpu().numpy())
+
+    progress.start()
+    sac = EagerSACPeer(obs_dim, act_dim, str(device), BATCH_SIZE, seed=seed, hidden=HIDDEN,
+                       gamma=peer_gamma(args, "sac"), tau=args.peer_tau, q_lr=args.sb3_lr, policy_lr=args.sb3_lr,
+                       alpha_lr=args.sb3_lr)
+    replay = Replay(min(args.total_steps, REPLAY_ROWS), obs_dim, act_dim, device, seed)
+    warmup = np.random.default_rng(seed + 1)
+    obs, _ = env.reset(seed=env_seed(seed, 0))
+    steps = updates = 0
+    while steps < args.total_steps:
+        if steps < args.learning_starts:
+            unit = warmup.uniform(-1.0, 1.0, act_dim).astype(np.float32)
+        else:
+            with torch.no_grad():
+                unit = sac.actor.sample(torch.as_tensor(obs[None], dtype=torch.float32, device=device))[0]
+            unit = unit[0].cpu().numpy()
+        next_obs, reward, terminated, truncated, _ = env.step(to_env(unit))
+        replay.add(obs, unit, float(reward), next_obs, terminated)
+        obs = env.reset()[0] if terminated or truncated else next_obs
+        steps += 1
+        if steps > args.learning_starts:
+            sac.update(replay.sample(BATCH_SIZE))
+            updates += 1
+        if not progress.after_step(steps, act):
+            break
+    env.close()
+    record = progress.finish(steps, updates)
+    shape = f"eager torch script, {HIDDEN[0]}x{HIDDEN[1]}, batch {BATCH_SIZE}, {torch.get_num_threads()} threads"
+    record.note = "; ".join(filter(None, [record.note, shape]))
+    return record
