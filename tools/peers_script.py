@@ -150,6 +150,8 @@ def train_script_sac(args: argparse.Namespace, seed: int, progress: Progress) ->
             break
     env.close()
     record = progress.finish(steps, updates)
-    shape = f"eager torch script, {HIDDEN[0]}x{HIDDEN[1]}, batch {BATCH_SIZE}, {torch.get_num_threads()} threads"
+    threads = torch.get_num_threads()
+    shape = (f"eager torch script, {HIDDEN[0]}x{HIDDEN[1]}, batch {BATCH_SIZE}, {threads} "
+             f"thread{'s' if threads > 1 else ''}")
     record.note = "; ".join(filter(None, [record.note, shape]))
     return record
