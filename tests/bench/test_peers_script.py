@@ -29,14 +29,7 @@ from peers_record import RunRecord
 from spreeze_like.errors import ConfigError
 
 from .test_bench_vs_sb3 import SMALLEST, check_rows, run_bench
-
-
-@pytest.fixture(autouse=True)
-def one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+from .test_eager_sac_peer import one_thread  # noqa: F401  (autouse: one torch thread here too)
 
 
 class RecordingReplay(peers_script.Replay):
