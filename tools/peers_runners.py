@@ -1,4 +1,5 @@
-"""The peers of ``tools/bench_vs_sb3.py``: SB3 and SBX SAC, TD3 and DDPG, and SBX CrossQ, each in a child process.
+"""The peers of ``tools/bench_vs_sb3.py``: SB3 and SBX SAC, TD3 and DDPG, and SBX CrossQ, each in a child process
+(RLtools, ``peers_rltools.py``, and the single-file SAC script, ``peers_script.py``, run their own loops in it).
 
 SBX (package ``sbx-rl``) is SB3's API with the networks and the update in JAX, JIT-compiled; it keeps
 SB3's numpy replay buffer and env loop. Each peer run is a fresh child process (:func:`peer_child`,
