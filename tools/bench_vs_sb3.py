@@ -245,6 +245,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.rltools_native and (args.env != "Pendulum-v1" or "rltools" not in args.peers or args.env_kwargs):
         raise ConfigError("--rltools-native trains RLtools on its C++ Pendulum: give --env Pendulum-v1 (no --env-kwargs) "
                           "and --peers with rltools")
+    if args.her_goals and "script-sac" in args.peers:
+        raise ConfigError("--her-goals: the script-sac peer has no HER; leave it out of --peers")
     if args.crossq_critic_units < 0:
         raise ConfigError(f"--crossq-critic-units {args.crossq_critic_units}: must be >= 0 (0: SBX's own)")
     args.peer_stop_ratio = dict(parse_stop_ratio(text, args.peers) for text in args.peer_stop_ratio)

@@ -28,8 +28,8 @@ before it); the training env's first reset gets ``env_seed(seed, 0)`` (later res
 torch's generator is seeded with the seed, the replay's with it and the warm-up's with seed + 1; evaluations are ``peers_runners.Progress``'s, on
 ``actor.mode`` (tanh of the mean), taken out of the clock.
 
-Refused with one ``error:`` line: observations or actions that are not flat Boxes, and ``--her-goals`` (the
-script has no HER).
+Refused with one ``error:`` line: ``--her-goals`` (the script has no HER; the benchmark refuses it before any run),
+and observations or actions that are not flat Boxes (at the script's first run).
 
 Owns nothing outside its own (child) process: its env, its arrays and its networks end with it.
 """

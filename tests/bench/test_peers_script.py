@@ -143,3 +143,11 @@ def test_the_script_runs_beside_ours_through_the_benchmark(tmp_path: Path) -> No
     assert rows["script-sac"]["1"]["updates"] == 600 - 400
     assert rows["script-sac"]["1"]["device"] == "torch cpu (cpu)"
     assert "ratios ours / script SAC" in proc.stdout and "eager torch script, 256x256, batch 256" in proc.stdout
+
+
+def test_her_goals_with_the_script_is_refused_before_any_run() -> None:
+    proc = run_bench(SMALLEST + ["--her-goals", "4", "--peers", "script-sac", "sb3"], timeout=120)
+    assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
+    refusal = "error: --her-goals: the script-sac peer has no HER; leave it out of --peers"
+    assert proc.stderr.strip().splitlines() == [refusal]
+    assert "done ours" not in proc.stdout
