@@ -23,8 +23,8 @@ tuned towards -act_dim, torch's default ``Adam``), and this module adds the loop
 ``learning_starts``, UTD 1, MLPs 256-256, alpha from 1. Torch threads: ``--sb3-threads`` (0: torch's default),
 as for SB3. Device: ``--peer-device`` (``auto`` takes CUDA when torch sees it).
 
-**Clock, seeds, evaluations** as for the SB3-API peers: the clock starts before the networks are made (imports
-before it); the training env's first reset gets ``env_seed(seed, 0)`` (later resets continue its generator);
+**Clock, seeds, evaluations** as for the SB3-API peers: the clock starts before the env and the networks are made
+(imports before it); the training env's first reset gets ``env_seed(seed, 0)`` (later resets continue its generator);
 torch's generator is seeded with the seed, the replay's with it and the warm-up's with seed + 1; evaluations are ``peers_runners.Progress``'s, on
 ``actor.mode`` (tanh of the mean), taken out of the clock.
 
@@ -109,6 +109,7 @@ def train_script_sac(args: argparse.Namespace, seed: int, progress: Progress) ->
     """One run of the script in this (child) process; ``progress`` is the run's ``peers_runners.Progress``."""
     if getattr(args, "her_goals", 0):
         raise ConfigError("script-sac has no HER: leave it out of --peers with --her-goals")
+    progress.start()  # the env's making inside the clock, as for the SB3-API peers (make_model)
     env = gym.make(RECORDED_ID)
     obs_dim, act_dim = flat_box_sizes(env, args.env)
     low, high = env.action_space.low.astype(np.float64), env.action_space.high.astype(np.float64)
@@ -124,7 +125,6 @@ def train_script_sac(args: argparse.Namespace, seed: int, progress: Progress) ->
             unit = sac.actor.mode(torch.as_tensor(np.asarray(obs, np.float32)[None], device=device))
         return to_env(unit[0].cpu().numpy())
 
-    progress.start()
     sac = EagerSACPeer(obs_dim, act_dim, str(device), BATCH_SIZE, seed=seed, hidden=HIDDEN,
                        gamma=peer_gamma(args, "sac"), tau=args.peer_tau, q_lr=args.sb3_lr, policy_lr=args.sb3_lr,
                        alpha_lr=args.sb3_lr)
