@@ -55,12 +55,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import gymnasium as gym
 from peers_record import EPISODE_DIR_VAR, RECORDED_ID, RunRecord, both_reached, train_curve
 
 from spreeze_like.errors import ConfigError
 from spreeze_like.seeding import eval_seed
+
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass(frozen=True)
@@ -174,19 +178,10 @@ def peer_device(peer: Peer, requested: str) -> str:
         from peers_rltools import rltools_device
 
         return rltools_device(requested)
-    if peer.framework == "script":
-        from peers_script import script_device_words
-
-        return script_device_words(requested)
-    if peer.framework == "torch":
+    if peer.framework in ("torch", "script"):
         import torch
 
-        # SB3 itself falls back to the CPU, silently, when asked for an absent GPU
-        if requested == "cuda" and not torch.cuda.is_available():
-            raise ConfigError("--peer-device cuda: torch sees no CUDA device here; use --peer-device cpu or auto")
-        from stable_baselines3.common.utils import get_device
-
-        device = get_device(requested)
+        device = torch_device(requested)
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
         return f"torch {device} ({name})"
     import jax  # the parent set JAX_PLATFORMS=cpu for --peer-device cpu
@@ -196,6 +191,16 @@ def peer_device(peer: Peer, requested: str) -> str:
         raise ConfigError(f"--peer-device cuda: JAX runs on {backend} here (no CUDA plugin, or no GPU it can "
                           "use: pip install 'jax[cuda12]'); use --peer-device cpu or auto")
     return f"jax {backend} ({first.device_kind})"
+
+
+def torch_device(requested: str) -> torch.device:
+    """``--peer-device`` for a torch peer (SB3's, the script): ``auto`` takes CUDA when torch sees it (as SB3's own
+    ``get_device`` does), ``cuda`` insists on it: SB3 itself would fall back to the CPU, silently."""
+    import torch
+
+    if requested == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--peer-device cuda: torch sees no CUDA device here; use --peer-device cpu or auto")
+    return torch.device("cuda" if requested != "cpu" and torch.cuda.is_available() else "cpu")
 
 
 def peer_gamma(args: argparse.Namespace, algo: str) -> float:

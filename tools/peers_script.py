@@ -21,7 +21,7 @@ tuned towards -act_dim, torch's default ``Adam``), and this module adds the loop
 **Settings.** The shared ones of every peer (``peers_runners.shared_kwargs``): the peers' learning rate
 (``--sb3-lr``) for actor, critic and alpha, ``--peer-gamma``, ``--peer-tau``, batch 256, 1M replay,
 ``learning_starts``, UTD 1, MLPs 256-256, alpha from 1. Torch threads: ``--sb3-threads`` (0: torch's default),
-as for SB3. Device: ``--peer-device`` (``auto`` takes CUDA when torch sees it).
+as for SB3. Device: ``--peer-device``, read as for SB3 (``peers_runners.torch_device``).
 
 **Clock, seeds, evaluations** as for the SB3-API peers: the clock starts before the env and the networks are made
 (imports before it); the training env's first reset gets ``env_seed(seed, 0)`` (later resets continue its generator);
@@ -44,7 +44,7 @@ import numpy as np
 import torch
 from eager_sac_peer import EagerSACPeer, SACBatch
 from peers_record import RECORDED_ID, RunRecord
-from peers_runners import peer_gamma
+from peers_runners import peer_gamma, torch_device
 
 from spreeze_like.errors import ConfigError
 from spreeze_like.seeding import env_seed
@@ -55,19 +55,6 @@ if TYPE_CHECKING:
 BATCH_SIZE = 256
 REPLAY_ROWS = 1_000_000
 HIDDEN = (256, 256)
-
-
-def script_device(requested: str) -> torch.device:
-    """``--peer-device`` for the script: auto takes CUDA when torch sees a device, cuda insists on one."""
-    if requested == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--peer-device cuda: torch sees no CUDA device here; use --peer-device cpu or auto")
-    return torch.device("cuda" if requested != "cpu" and torch.cuda.is_available() else "cpu")
-
-
-def script_device_words(requested: str) -> str:
-    device = script_device(requested)
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
-    return f"torch {device} ({name})"
 
 
 class Replay:
@@ -113,7 +100,7 @@ def train_script_sac(args: argparse.Namespace, seed: int, progress: Progress) ->
     env = gym.make(RECORDED_ID)
     obs_dim, act_dim = flat_box_sizes(env, args.env)
     low, high = env.action_space.low.astype(np.float64), env.action_space.high.astype(np.float64)
-    device = script_device(args.peer_device)
+    device = torch_device(args.peer_device)
     if args.sb3_threads:
         torch.set_num_threads(args.sb3_threads)
 

@@ -128,8 +128,8 @@ def test_what_the_script_cannot_train_is_refused(monkeypatch: pytest.MonkeyPatch
         peers_script.flat_box_sizes(dict_obs, "Dict-v0")
     if not torch.cuda.is_available():
         with pytest.raises(ConfigError, match="--peer-device cuda"):
-            peers_script.script_device("cuda")
-        assert peers_script.script_device("auto") == torch.device("cpu")
+            peers_script.torch_device("cuda")
+        assert peers_script.torch_device("auto") == torch.device("cpu")
 
 
 def test_the_script_runs_beside_ours_through_the_benchmark(tmp_path: Path) -> None:
