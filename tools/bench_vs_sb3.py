@@ -15,7 +15,9 @@ For each seed it trains ours (``spreeze_like.train``, in this process tree: ``to
 and then each peer of ``--peers`` (default ``sb3 sbx sbx-crossq``: SB3 SAC, SBX SAC, SBX CrossQ;
 ``--skip-sb3`` leaves SB3 out, ``--skip-sbx`` every SBX peer, ``--skip-sbx-crossq`` CrossQ alone; ``rltools``,
 RLtools SAC compiled on the spot, only when named: ``tools/peers_rltools.py``; ``sb3-td3``, ``sbx-td3``,
-``sb3-ddpg``, ``sbx-ddpg`` when named, beside ours with ``--set algo='"td3"'`` or ``ddpg``), one
+``sb3-ddpg``, ``sbx-ddpg`` when named, beside ours with ``--set algo='"td3"'`` or ``ddpg``; ``script-sac``,
+``script-td3``, ``script-ddpg``, a single-file eager PyTorch script of each, only when named:
+``tools/peers_script.py``), one
 after the other, each peer run in a fresh child process (``tools/peers_runners.py``, which also says
 what settings each peer gets: the same shared ones for all, SBX what SB3 gets). Before any run, a
 probe child per peer checks that it is installed and that its device exists, and our devices are
@@ -168,8 +170,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="the peers to run after ours, each seed: sb3 (SB3 SAC), sbx (SBX SAC), sbx-crossq "
                         "(SBX CrossQ), sb3-td3, sbx-td3, sb3-ddpg, sbx-ddpg (TD3 and DDPG, beside --set "
                         "algo='\"td3\"' or ddpg on our side), rltools (RLtools SAC, C++ compiled on the spot: "
-                        "tools/peers_rltools.py), script-sac (a single-file eager PyTorch SAC script, CleanRL's layout: "
-                        "tools/peers_script.py; needs no extra package) (default: sb3 sbx sbx-crossq)")
+                        "tools/peers_rltools.py), script-sac, script-td3, script-ddpg (a single-file eager PyTorch script, "
+                        "CleanRL's layout: tools/peers_script.py; needs no extra package; TD3 and DDPG beside --set "
+                        "algo='\"td3\"' or ddpg) (default: sb3 sbx sbx-crossq)")
     parser.add_argument("--skip-sb3", action="store_true", help="leave every SB3 peer out of --peers")
     parser.add_argument("--skip-sbx", action="store_true", help="leave every SBX peer (sbx, sbx-crossq, ...) out")
     parser.add_argument("--skip-sbx-crossq", action="store_true", help="leave SBX CrossQ out of --peers")
@@ -245,8 +248,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.rltools_native and (args.env != "Pendulum-v1" or "rltools" not in args.peers or args.env_kwargs):
         raise ConfigError("--rltools-native trains RLtools on its C++ Pendulum: give --env Pendulum-v1 (no --env-kwargs) "
                           "and --peers with rltools")
-    if args.her_goals and "script-sac" in args.peers:
-        raise ConfigError("--her-goals: the script-sac peer has no HER; leave it out of --peers")
+    scripts = [name for name in args.peers if PEERS[name].framework == "script"]
+    if args.her_goals and scripts:
+        them = f"the {scripts[0]} peer has no HER; leave it" if len(scripts) == 1 else \
+            f"the {', '.join(scripts)} peers have no HER; leave them"
+        raise ConfigError(f"--her-goals: {them} out of --peers")
     if args.crossq_critic_units < 0:
         raise ConfigError(f"--crossq-critic-units {args.crossq_critic_units}: must be >= 0 (0: SBX's own)")
     args.peer_stop_ratio = dict(parse_stop_ratio(text, args.peers) for text in args.peer_stop_ratio)

@@ -1,5 +1,6 @@
 """The peers of ``tools/bench_vs_sb3.py``: SB3 and SBX SAC, TD3 and DDPG, and SBX CrossQ, each in a child process
-(RLtools, ``peers_rltools.py``, and the single-file SAC script, ``peers_script.py``, run their own loops in it).
+(RLtools, ``peers_rltools.py``, and the single-file SAC, TD3 and DDPG scripts, ``peers_script.py``, run their own
+loops in it).
 
 SBX (package ``sbx-rl``) is SB3's API with the networks and the update in JAX, JIT-compiled; it keeps
 SB3's numpy replay buffer and env loop. Each peer run is a fresh child process (:func:`peer_child`,
@@ -90,9 +91,11 @@ PEER_LIST = (
     Peer("sbx-ddpg", "SBX DDPG", "sbx", "sbx-rl", "DDPG", "ddpg", "jax"),
     Peer("rltools", "RLtools SAC", "rltools", "rltools", "SAC", "sac", "cpp"),  # peers_rltools.py
     Peer("script-sac", "script SAC", "torch", "torch", "SAC", "sac", "script"),  # peers_script.py
+    Peer("script-td3", "script TD3", "torch", "torch", "TD3", "td3", "script"),
+    Peer("script-ddpg", "script DDPG", "torch", "torch", "DDPG", "ddpg", "script"),
 )
 PEERS = {peer.name: peer for peer in PEER_LIST}
-# RLtools only when named (it compiles C++ and has its own settings), the script (peers_script.py) only when named
+# RLtools only when named (it compiles C++ and has its own settings), the scripts (peers_script.py) only when named
 # (the default set stays what the headline rows ran), and the TD3 / DDPG peers, which go with ``--set algo='"td3"'``
 # (or ddpg) on our side
 DEFAULT_PEERS = ("sb3", "sbx", "sbx-crossq")
@@ -324,9 +327,9 @@ def train_peer(args: argparse.Namespace, peer: Peer, seed: int, folder: Path) ->
 
         return train_rltools(args, seed, progress)
     if peer.framework == "script":
-        from peers_script import train_script_sac
+        from peers_script import train_script
 
-        return train_script_sac(args, seed, progress)
+        return train_script(args, peer, seed, progress)
     import torch
     from stable_baselines3.common.callbacks import BaseCallback
 
