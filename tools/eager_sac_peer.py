@@ -68,6 +68,13 @@ def mlp(in_dim: int, out_dim: int, hidden: Sequence[int]) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
+def polyak(net: nn.Module, target: nn.Module, tau: float) -> None:
+    """target <- (1 - tau) target + tau net, parameter by parameter."""
+    with torch.no_grad():
+        for p, tp in zip(net.parameters(), target.parameters()):
+            tp.lerp_(p, tau)
+
+
 class QNetwork(nn.Module):
     """Q(s, a): the MLP over the concatenated observation and action."""
 
@@ -155,10 +162,8 @@ class EagerSACPeer:
         self.q_optimizer.zero_grad()
         qf_loss.backward()
         self.q_optimizer.step()
-        with torch.no_grad():
-            for net, target in ((self.qf1, self.qf1_target), (self.qf2, self.qf2_target)):
-                for p, tp in zip(net.parameters(), target.parameters()):
-                    tp.lerp_(p, self.tau)  # tp <- (1 - tau) tp + tau p
+        polyak(self.qf1, self.qf1_target, self.tau)
+        polyak(self.qf2, self.qf2_target, self.tau)
         self.critic_updates += 1
         if self.critic_updates % self.log_every == 0:
             self.logged["qf_loss"] = qf_loss.item()

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 import torch
 import torch.nn.functional as F
-from eager_sac_peer import QNetwork, SACBatch, mlp
+from eager_sac_peer import QNetwork, SACBatch, mlp, polyak
 from torch import nn
 
 
@@ -40,13 +40,6 @@ class DeterministicActor(nn.Module):
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
         return torch.tanh(self.net(obs))
-
-
-def polyak(net: nn.Module, target: nn.Module, tau: float) -> None:
-    """target <- (1 - tau) target + tau net, parameter by parameter."""
-    with torch.no_grad():
-        for p, tp in zip(net.parameters(), target.parameters()):
-            tp.lerp_(p, tau)
 
 
 class EagerTD3Peer:
